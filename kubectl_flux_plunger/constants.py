@@ -1,0 +1,27 @@
+"""The on-cluster contract (SPEC §3).  Keep these values: a cluster can move between the
+reference controller and this one with no stranded state."""
+
+FIELD_MANAGER = "flux-plunger"                 # SSA manager; the only ownership evidence
+CLIENT_SIDE_MANAGER = "flux-client-side-apply"  # shared; annotation writes only, never ownership
+FENCE = "flux-plunger.cozystack.io/uninstall-fence"
+PROCESSED_ANNOTATION = "flux-plunger.cozystack.io/last-processed-version"
+LEGACY_SUSPENDED_ANNOTATION = "flux-plunger.cozystack.io/suspended"  # older flux-plunger marker
+HELM_CONTROLLER_FINALIZER = "finalizers.fluxcd.io"
+LEASE_NAME = "flux-plunger.cozystack.io"
+EVENT_COMPONENT = "flux-plunger"
+
+HR_GROUP = "helm.toolkit.fluxcd.io"
+HR_VERSION = "v2"
+HR_API_VERSION = f"{HR_GROUP}/{HR_VERSION}"
+HR_KIND = "HelmRelease"
+HR_PLURAL = "helmreleases"
+
+STUCK_MESSAGE = "has no deployed releases"
+HELM_SECRET_TYPE = "helm.sh/release.v1"
+
+# Helm statuses of a newest revision that make helm-controller's upgrade fail with
+# "has no deployed releases" when no revision is deployed (reference/helm-controller-e2e.md §1.6).
+BLOCKING_STATUSES = frozenset({"uninstalling", "unknown", "uninstalled"})
+
+FENCE_RECHECK_SECONDS = 60.0
+FENCE_HELD_WARN_SECONDS = 600.0

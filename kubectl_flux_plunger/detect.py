@@ -1,0 +1,255 @@
+"""Reading a HelmRelease: stuck detection, staleness guard, small accessors (SPEC §4–§6).
+
+``fence_indices`` and ``is_fenced`` live in ``ownership`` (the layers contract keeps ``writes``
+off this module) and are re-exported here so callers find every state accessor in one place.
+
+Everything here takes the plain JSON dict the apiserver returns and never raises on odd shapes:
+a missing or mistyped field reads as absent.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Any
+
+from . import constants, ownership
+from .ownership import fence_indices as fence_indices  # re-exported
+from .ownership import is_fenced as is_fenced  # re-exported
+
+_DECIMAL = re.compile(r"[0-9]+")
+_RFC3339 = re.compile(
+    r"([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt ]([0-9]{2}:[0-9]{2}:[0-9]{2})"  # date, time
+    r"(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})?"  # fraction, offset
+)
+
+
+def dig(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]…`` or None as soon as a step is missing or not a mapping."""
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _int_or_none(value: Any) -> int | None:
+    """An int field as int; bools and other types read as absent."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _conditions(hr: dict) -> list[dict]:
+    conditions = dig(hr, "status", "conditions")
+    if not isinstance(conditions, list):
+        return []
+    return [c for c in conditions if isinstance(c, dict)]
+
+
+def finalizers(hr: dict) -> list[Any]:
+    """``metadata.finalizers`` as a list (empty when absent or malformed)."""
+    value = dig(hr, "metadata", "finalizers")
+    return list(value) if isinstance(value, list) else []
+
+
+def annotations(hr: dict) -> dict:
+    """``metadata.annotations`` as a dict (empty when absent or malformed)."""
+    value = dig(hr, "metadata", "annotations")
+    return value if isinstance(value, dict) else {}
+
+
+def generation(hr: dict) -> int | None:
+    """``metadata.generation``, or None when absent."""
+    return _int_or_none(dig(hr, "metadata", "generation"))
+
+
+def get_condition(hr: dict, type: str) -> dict | None:  # noqa: A002 - Kubernetes' own key name
+    """The first ``status.conditions`` entry of the given type, or None."""
+    return next((c for c in _conditions(hr) if c.get("type") == type), None)
+
+
+def is_stuck(hr: dict) -> bool:
+    """True iff some Ready condition is False with Helm's "has no deployed releases" message.
+
+    The reason (usually ``UpgradeFailed``) is deliberately not examined.
+    """
+    return any(
+        c.get("type") == "Ready"
+        and c.get("status") == "False"
+        and isinstance(c.get("message"), str)
+        and constants.STUCK_MESSAGE in c["message"]
+        for c in _conditions(hr)
+    )
+
+
+def is_terminating(hr: dict) -> bool:
+    """True once the HelmRelease has a ``metadata.deletionTimestamp``."""
+    return bool(dig(hr, "metadata", "deletionTimestamp"))
+
+
+def is_suspended(hr: dict) -> bool:
+    """True iff ``spec.suspend`` is literally true."""
+    return dig(hr, "spec", "suspend") is True
+
+
+def processed_annotation_present(hr: dict) -> bool:
+    """True iff the processed-version annotation key exists, whatever its value."""
+    return constants.PROCESSED_ANNOTATION in annotations(hr)
+
+
+def processed_version(hr: dict) -> int | None:
+    """The processed-version annotation as a decimal int; absent or unparsable → None."""
+    value = annotations(hr).get(constants.PROCESSED_ANNOTATION)
+    if isinstance(value, str) and _DECIMAL.fullmatch(value):
+        return int(value)
+    return None
+
+
+def uninstall_reached(hr: dict) -> bool:
+    """True iff helm-controller's finalizer is gone and it observed the current generation.
+
+    helm-controller drops its finalizer without uninstalling a suspended release; lifting the
+    suspension bumps the generation, so equality proves it reconciled the unsuspended release.
+    """
+    current = generation(hr)
+    return (
+        constants.HELM_CONTROLLER_FINALIZER not in finalizers(hr)
+        and current is not None
+        and _int_or_none(dig(hr, "status", "observedGeneration")) == current
+    )
+
+
+def observed_lags(hr: dict) -> bool:
+    """True while helm-controller has not finished a reconcile of the current generation.
+
+    After our suspend bumps the generation, helm-controller's suspended reconcile sets
+    ``status.observedGeneration`` to it; until then it may still be acting on the release, so
+    storage must not be touched.  An absent observedGeneration counts as lagging.
+    """
+    current = generation(hr)
+    observed = _int_or_none(dig(hr, "status", "observedGeneration"))
+    return current is None or observed is None or observed < current
+
+
+def attempted_since_generation(hr: dict) -> bool:
+    """True iff helm-controller has attempted the release at its current generation.
+
+    ``status.lastAttemptedGeneration`` is set when helm-controller starts its Helm logic; the
+    Ready condition's ``observedGeneration`` (when present) must agree, so a condition left over
+    from an older generation is not taken as a fresh failure.
+    """
+    current = generation(hr)
+    if current is None or _int_or_none(dig(hr, "status", "lastAttemptedGeneration")) != current:
+        return False
+    ready = get_condition(hr, "Ready") or {}
+    if "observedGeneration" not in ready:
+        return True
+    return _int_or_none(ready["observedGeneration"]) == current
+
+
+def already_processed(hr: dict, revision: int) -> tuple[bool, str]:
+    """The staleness guard: should a stuck release whose newest revision is ``revision`` be left?
+
+    We record P = the revision we are about to delete *before* deleting it.  Right after a
+    recovery the newest revision is P - 1 while the old "has no deployed releases" message is
+    still on the Ready condition until helm-controller retries, so ``revision + 1 == P`` means
+    "we just did this".  Our relinquish bumped ``metadata.generation``, so once helm-controller
+    has attempted the release at that generation (``attempted_since_generation``) the message is
+    fresh: the release is stuck again at a lower blocking revision and a second deletion is
+    legitimate.  ``P == revision`` means we recorded but never deleted (crash, failed delete):
+    the retry deletes the same revision.  Any other P says nothing about this revision.
+
+    The Ready condition's ``lastTransitionTime`` cannot prove a retry (a False → False failure
+    keeps it), so the generation fields are the evidence used.
+
+    Returns (True, why) when the release must be left alone, else (False, "").
+    """
+    processed = processed_version(hr)
+    if processed is None or processed != revision + 1 or attempted_since_generation(hr):
+        return False, ""
+    return True, (
+        f"revision {processed} was deleted by an earlier recovery and helm-controller "
+        f"has not retried since (lastAttemptedGeneration "
+        f"{dig(hr, 'status', 'lastAttemptedGeneration')}, generation {generation(hr)})"
+    )
+
+
+def parse_timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp as an aware datetime (UTC when no offset); None if unparsable.
+
+    Parsed by hand because Python 3.10's ``fromisoformat`` rejects ``Z`` and fractions that are
+    not 3 or 6 digits long, both of which the apiserver may send.
+    """
+    match = _RFC3339.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        return None
+    date, time, fraction, offset = match.groups()
+    micro = (fraction or "")[1:7].ljust(6, "0")
+    zone = "+00:00" if offset in (None, "Z", "z") else offset
+    try:
+        return datetime.fromisoformat(f"{date}T{time}.{micro}{zone}")
+    except ValueError:
+        return None
+
+
+def _seconds_since(value: Any, now: datetime) -> float | None:
+    stamp = parse_timestamp(value)
+    if stamp is None:
+        return None
+    aware_now = now if now.tzinfo else now.replace(tzinfo=timezone.utc)
+    return (aware_now - stamp).total_seconds()
+
+
+def age_seconds(hr: dict, now: datetime) -> float | None:
+    """Seconds since ``metadata.creationTimestamp``; None when absent or unparsable."""
+    return _seconds_since(dig(hr, "metadata", "creationTimestamp"), now)
+
+
+def held_seconds(hr: dict, now: datetime) -> float | None:
+    """Seconds since ``metadata.deletionTimestamp`` (how long a delete is held); None if live."""
+    return _seconds_since(dig(hr, "metadata", "deletionTimestamp"), now)
+
+
+def has_remote_kubeconfig(hr: dict) -> bool:
+    """True iff ``spec.kubeConfig`` is set: the Helm storage lives in another cluster."""
+    return bool(dig(hr, "spec", "kubeConfig"))
+
+
+def _legacy_suspension(hr: dict) -> bool:
+    """True when a suspension we do not own looks left behind by an older flux-plunger.
+
+    Older versions marked it with an annotation, or suspended through the shared client-side
+    manager on releases they had recovered (processed-version annotation present).
+    """
+    if constants.LEGACY_SUSPENDED_ANNOTATION in annotations(hr):
+        return True
+    client_side_owns = any(
+        manager == constants.CLIENT_SIDE_MANAGER for manager, _ in ownership.suspend_owners(hr)
+    )
+    return client_side_owns and processed_annotation_present(hr)
+
+
+def state_of(hr: dict, now: datetime) -> str:
+    """The state shown by ``status`` (SPEC §2), first match wins.
+
+    Precedence, most urgent first:
+    1. ``delete-held``: terminating and fenced (our fence is what holds the delete);
+    2. ``recovering``: suspended and owned by us (a recovery in flight or interrupted);
+    3. ``legacy-suspension`` / ``suspended-by-other``: a suspension we do not own;
+    4. ``fenced``: live, not suspended, our fence still present;
+    5. ``remote-skipped``: stuck, but storage is in a remote cluster (spec.kubeConfig);
+    6. ``stuck``; 7. ``healthy``.
+    No state depends on time; ``now`` is taken so callers pass one clock to every helper.
+    """
+    del now  # states are time-independent; see docstring
+    suspended = is_suspended(hr)
+    if is_terminating(hr) and is_fenced(hr):
+        return "delete-held"
+    if suspended and ownership.owns_suspend(hr):
+        return "recovering"
+    if suspended:
+        return "legacy-suspension" if _legacy_suspension(hr) else "suspended-by-other"
+    if is_fenced(hr):
+        return "fenced"
+    if is_stuck(hr):
+        return "remote-skipped" if has_remote_kubeconfig(hr) else "stuck"
+    return "healthy"

@@ -1,0 +1,370 @@
+"""The thin executor: turns a decision of :mod:`plan` into requests, each carrying the
+preconditions of the read that decided it, and re-reads.
+
+Every decision is made on a fresh GET (never a cache).  A 409 means "someone wrote
+between our read and our write": the executor re-reads and re-decides, a bounded number
+of times, instead of pushing its stale view through.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from . import constants as C
+from . import detect, ownership, plan, storage, writes
+from .events import Recorder
+from .kube import Kube, KubeError
+
+log = logging.getLogger(__name__)
+
+CONFLICT_RETRIES = 3
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Stopped(Exception):
+    """The caller asked us to stop (shutdown); nothing more is started."""
+
+
+@dataclass
+class Outcome:
+    """What one pass did to one release."""
+
+    namespace: str
+    name: str
+    result: str          # see RESULTS
+    detail: str
+    row: str = ""
+    revision: int | None = None
+    failed: bool = False
+    requeue_after: float | None = None
+    steps: list[str] = field(default_factory=list)  # dry-run plan / what was done
+
+    def as_dict(self) -> dict:
+        return {"namespace": self.namespace, "name": self.name, "result": self.result,
+                "detail": self.detail, "row": self.row, "revision": self.revision,
+                "failed": self.failed, "steps": list(self.steps)}
+
+
+RESULTS = ("recovered", "deferred", "skipped", "relinquished", "fence-removed", "waiting",
+           "unchanged", "gone", "failed", "planned")
+
+
+@dataclass
+class Options:
+    dry_run_client: bool = False
+    fence_warn_after: float = C.FENCE_HELD_WARN_SECONDS
+    fence_recheck: float = C.FENCE_RECHECK_SECONDS
+    handshake_timeout: float = 30.0   # wait for helm-controller to observe our suspension
+    handshake_poll: float = 0.25
+    allow_recover: bool = True        # resume-owned / drain never start a recovery
+
+
+class Executor:
+    def __init__(self, kube: Kube, recorder: Recorder | None = None, *,
+                 options: Options | None = None, clock: Callable[[], dt.datetime] = utcnow,
+                 should_stop: Callable[[], bool] = lambda: False):
+        self.kube = kube
+        self.recorder = recorder or Recorder(kube, enabled=False)
+        self.opt = options or Options()
+        self.clock = clock
+        self.should_stop = should_stop
+
+    # -- entry points ------------------------------------------------------------
+
+    def reconcile(self, namespace: str, name: str) -> Outcome:
+        """One pass over one release: fresh read, decide (SPEC §6), act."""
+        hr = self.kube.get_hr(namespace, name)
+        return self.apply_decision(namespace, name, hr)
+
+    def apply_decision(self, namespace: str, name: str, hr: dict | None) -> Outcome:
+        d = plan.decide(hr, self.clock(), fence_warn_after=self.opt.fence_warn_after,
+                        fence_recheck=self.opt.fence_recheck)
+        out = Outcome(namespace, name, "unchanged", d.reason, row=d.row,
+                      requeue_after=d.requeue_after)
+        if hr is None:
+            out.result = "gone"
+            return out
+        if self.opt.dry_run_client:
+            return self._plan_only(hr, d, out)
+        if d.event:
+            self._event(hr, d.event)
+        act = d.action
+        if act is plan.Action.RELINQUISH:
+            self._relinquish_or_warn(hr, out)
+        elif act is plan.Action.REMOVE_FENCE:
+            self._remove_fence(hr, out)
+        elif act is plan.Action.WAIT_FENCE:
+            out.result = "waiting"
+        elif act is plan.Action.RECOVER:
+            if not self.opt.allow_recover:
+                out.result, out.detail = "skipped", "stuck; recovery not requested by this command"
+            else:
+                self.recover(hr, out)
+        elif d.row == "remote-kubeconfig":
+            out.result = "skipped"
+        return out
+
+    # -- dry run -----------------------------------------------------------------
+
+    def _plan_only(self, hr: dict, d: plan.Decision, out: Outcome) -> Outcome:
+        out.result = "planned"
+        if d.action is plan.Action.RELINQUISH:
+            out.steps.append("apply (flux-plunger) without spec.suspend"
+                             + (" keeping the fence" if writes.relinquish_body(hr)["metadata"]
+                                .get("finalizers") else " and without the fence"))
+        elif d.action is plan.Action.REMOVE_FENCE:
+            out.steps.append(f"remove finalizer {C.FENCE}")
+        elif d.action is plan.Action.WAIT_FENCE:
+            out.steps.append("wait for helm-controller to uninstall, then remove the fence")
+        elif d.action is plan.Action.RECOVER and self.opt.allow_recover:
+            ns, release = storage.storage_namespace(hr), storage.release_name(hr)
+            secrets = self.kube.list_secrets(ns, storage.label_selector(release))
+            choice = storage.choose_revision(hr, secrets)
+            if not choice.ok:
+                out.result, out.detail = "skipped", choice.reason
+                return out
+            done, why = detect.already_processed(hr, choice.revision.number)
+            if done:
+                out.result, out.detail = "skipped", why
+                return out
+            out.revision = choice.revision.number
+            out.steps += [
+                f"apply (flux-plunger) spec.suspend=true and finalizer {C.FENCE}",
+                f"annotate {C.PROCESSED_ANNOTATION}={choice.revision.number}",
+                f"delete Secret {ns}/{choice.revision.name} (uid {choice.revision.uid}, "
+                f"Helm status {choice.helm_status})",
+                "apply (flux-plunger) without spec.suspend and without the fence",
+            ]
+        else:
+            out.result = "unchanged"
+        return out
+
+    # -- events ------------------------------------------------------------------
+
+    def _event(self, hr: dict, spec: plan.EventSpec) -> None:
+        self.recorder.record(hr, spec.reason, spec.type, spec.message)
+
+    # -- primitives --------------------------------------------------------------
+
+    def _fresh(self, hr: dict) -> dict | None:
+        md = hr["metadata"]
+        fresh = self.kube.get_hr(md["namespace"], md["name"])
+        if fresh is not None and fresh["metadata"].get("uid") != md.get("uid"):
+            return None  # a different object under the same name: ours is gone
+        return fresh
+
+    def relinquish(self, hr: dict) -> dict | None:
+        """Lift our suspension (fence kept only on a terminating, fenced release).
+
+        Unforced, with rv+uid of ``hr``.  On 409 re-read: if we still own the suspension,
+        apply again with the fresh evidence; if we no longer do, there is nothing to lift.
+        Returns the object after the write, or None when there was nothing to do."""
+        current = hr
+        for _ in range(CONFLICT_RETRIES):
+            if current is None or not ownership.owns_suspend(current):
+                return None
+            try:
+                return self.kube.apply_hr(writes.relinquish_body(current))
+            except KubeError as exc:
+                if not exc.conflict and not (exc.not_found and _object_missing(exc)):
+                    raise
+                if exc.not_found:
+                    return None
+            current = self._fresh(current)
+        raise KubeError(409, "Conflict", "the release kept changing under us while lifting "
+                        "our suspension; will retry")
+
+    def _relinquish_or_warn(self, hr: dict, out: Outcome) -> None:
+        try:
+            self.relinquish(hr)
+        except KubeError as exc:
+            if not exc.conflict:
+                self._event(hr, plan.UNSUSPEND_FAILED)
+            out.result, out.failed = "failed", True
+            out.detail = f"could not lift our suspension: {exc}"
+            return
+        out.result = "relinquished"
+        out.steps.append("lifted our suspension")
+
+    def remove_fence(self, hr: dict) -> bool:
+        """Drop our fence only (never spec.suspend): a guarded JSON patch testing rv, uid
+        and the fence's index.  Re-reads and re-decides on conflict.  True if removed."""
+        current = hr
+        for _ in range(CONFLICT_RETRIES):
+            if current is None:
+                return False
+            ops = writes.remove_fence_json_patch(current)
+            if ops is None:
+                return False
+            md = current["metadata"]
+            try:
+                self.kube.json_patch_hr(md["namespace"], md["name"], ops)
+                return True
+            except KubeError as exc:
+                # a failed JSON-patch test answers 422 (Invalid); a stale rv 409
+                if exc.status not in (409, 422) and not exc.not_found:
+                    raise
+                if exc.not_found:
+                    return False
+            current = self._fresh(current)
+        raise KubeError(409, "Conflict", "the release kept changing while removing the fence")
+
+    def _remove_fence(self, hr: dict, out: Outcome) -> None:
+        try:
+            removed = self.remove_fence(hr)
+        except KubeError as exc:
+            out.result, out.failed = "failed", True
+            out.detail = f"could not remove the fence: {exc}"
+            return
+        out.result = "fence-removed" if removed else "unchanged"
+
+    def acquire(self, hr: dict) -> dict | None:
+        """Suspend + fence in one unforced apply.  On 409 re-read and force only if
+        ``spec.suspend`` is still false and the release is live (a stale owner at false).
+        Returns the object after the write, or None when not acquired."""
+        try:
+            return self.kube.apply_hr(writes.acquire_body(hr))
+        except KubeError as exc:
+            if not exc.conflict:
+                raise
+        fresh = self._fresh(hr)
+        if fresh is None or detect.is_terminating(fresh) or detect.is_suspended(fresh):
+            return None
+        try:
+            return self.kube.apply_hr(writes.acquire_body(fresh), force=True)
+        except KubeError as exc:
+            if exc.conflict:
+                return None
+            raise
+
+    # -- the recovery sequence (SPEC §6) -------------------------------------------
+
+    def recover(self, hr: dict, out: Outcome) -> None:
+        ns, release = storage.storage_namespace(hr), storage.release_name(hr)
+        try:
+            secrets = self.kube.list_secrets(ns, storage.label_selector(release))
+        except KubeError as exc:
+            out.result, out.failed = "failed", True
+            out.detail = f"cannot list Helm storage in namespace {ns}: {exc}"
+            return
+        choice = storage.choose_revision(hr, secrets)
+        if not choice.ok:
+            out.result, out.detail = "skipped", choice.reason
+            return
+        rev = choice.revision
+        out.revision = rev.number
+        done, why = detect.already_processed(hr, rev.number)
+        if done:
+            out.result, out.detail = "skipped", why
+            return
+        if self.should_stop():
+            out.result, out.detail = "deferred", "shutting down; recovery not started"
+            return
+        try:
+            held = self.acquire(hr)
+        except KubeError as exc:
+            out.result, out.failed = "failed", True
+            out.detail = f"could not suspend the release: {exc}"
+            return
+        if held is None:
+            self._event(hr, plan.RECOVERY_DEFERRED)
+            out.result = "deferred"
+            out.detail = ("spec.suspend was taken by another manager or the release began "
+                          "terminating between read and write")
+            return
+        out.steps.append("suspended and fenced")
+        # From here on every exit relinquishes exactly once.
+        current = held
+        try:
+            current = self._record(current, rev.number)
+            out.steps.append(f"recorded revision {rev.number}")
+            current = self._await_handshake(current)
+            if current is None or detect.is_terminating(current):
+                out.result = "deferred"
+                out.detail = ("the release began terminating during recovery; storage left "
+                              "intact and the suspension lifted so helm-controller uninstalls it")
+                return
+            if detect.observed_lags(current):
+                out.result = "deferred"
+                out.detail = (f"helm-controller did not acknowledge the suspension within "
+                              f"{self.opt.handshake_timeout:.0f}s; storage left intact")
+                return
+            try:
+                self.kube.delete_secret(rev.namespace, rev.name, rev.uid)
+            except KubeError as exc:
+                if not exc.not_found and exc.status != 409:
+                    raise
+                out.result = "deferred"
+                out.detail = f"Secret {rev.name} changed or vanished before the delete: {exc}"
+                return
+            out.steps.append(f"deleted {rev.namespace}/{rev.name}")
+            out.result = "recovered"
+            out.detail = (f"deleted revision {rev.number} ({choice.helm_status}) of release "
+                          f"{release}; helm-controller will reconcile it again")
+        except KubeError as exc:
+            out.result, out.failed = "failed", True
+            out.detail = f"recovery interrupted: {exc}"
+        except Stopped:
+            out.result, out.detail = "deferred", "shutting down; recovery aborted before the delete"
+        finally:
+            self._final_relinquish(current, out)
+
+    def _final_relinquish(self, current: dict | None, out: Outcome) -> None:
+        if current is None:
+            return
+        try:
+            self.relinquish(current)
+            out.steps.append("lifted the suspension")
+        except KubeError as exc:
+            if not exc.conflict:
+                self._event(current, plan.UNSUSPEND_FAILED)
+            out.failed = True
+            if out.result != "failed":
+                out.result = "failed"
+                out.detail = f"{out.detail}; but could not lift our suspension: {exc}"
+
+    def _record(self, hr: dict, revision: int) -> dict:
+        """Write the processed-version annotation (rv-locked); on 409 re-read and retry
+        while the release is still ours, live and unchanged in spec."""
+        current = hr
+        for _ in range(CONFLICT_RETRIES):
+            md = current["metadata"]
+            try:
+                return self.kube.merge_patch_hr(md["namespace"], md["name"],
+                                                writes.record_patch(current, revision))
+            except KubeError as exc:
+                if not exc.conflict:
+                    raise
+            fresh = self._fresh(current)
+            if (fresh is None or detect.is_terminating(fresh) or not ownership.owns_suspend(fresh)
+                    or fresh["metadata"].get("generation") != md.get("generation")):
+                raise KubeError(409, "Conflict", "the release changed during recovery; "
+                                "re-deciding on the next pass")
+            current = fresh
+        raise KubeError(409, "Conflict", "the release kept changing during recovery")
+
+    def _await_handshake(self, hr: dict) -> dict | None:
+        """Re-read; then wait (bounded) until helm-controller has observed the suspended
+        generation, so it is not mid-action when the revision goes.  Returns the last read
+        (None when gone)."""
+        deadline = time.monotonic() + self.opt.handshake_timeout
+        while True:
+            fresh = self._fresh(hr)
+            if fresh is None or detect.is_terminating(fresh) or not detect.observed_lags(fresh):
+                return fresh
+            if time.monotonic() >= deadline:
+                return fresh
+            if self.should_stop():
+                raise Stopped()
+            time.sleep(self.opt.handshake_poll)
+
+
+def _object_missing(exc: KubeError) -> bool:
+    details = exc.body.get("details") or {}
+    return bool(details.get("name") or details.get("kind"))

@@ -1,0 +1,415 @@
+"""Every call flux-plunger makes to the Kubernetes API goes through this module.
+
+It uses the official client only for what it does well — reading kubeconfig / in-cluster
+config, TLS, auth and token refresh — and sends each request itself with an explicit
+Content-Type (the client's content-type guessing has regressed before), so that request
+counting, timeouts, dry-run and a later client swap live in one file.
+
+The ``kubernetes`` package is imported lazily: ``--help`` must not pay for it.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+from urllib.parse import quote, urlencode
+
+from . import constants as C
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"  # JSON is valid YAML; the apiserver accepts it
+
+
+class KubeError(Exception):
+    """A request failed. ``status`` is the HTTP status (0 when no answer came)."""
+
+    def __init__(self, status: int, reason: str, message: str, body: dict | None = None):
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body or {}
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def forbidden(self) -> bool:
+        return self.status == 403
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ConfigError(Exception):
+    """The kubeconfig or in-cluster configuration cannot be used."""
+
+
+def hr_path(namespace: str | None = None, name: str | None = None) -> str:
+    base = f"/apis/{C.HR_GROUP}/{C.HR_VERSION}"
+    if namespace:
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    base += f"/{C.HR_PLURAL}"
+    if name:
+        base += f"/{quote(name, safe='')}"
+    return base
+
+
+def core_path(resource: str, namespace: str | None = None, name: str | None = None) -> str:
+    base = "/api/v1"
+    if namespace:
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    base += f"/{resource}"
+    if name:
+        base += f"/{quote(name, safe='')}"
+    return base
+
+
+def lease_path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
+    return base + (f"/{quote(name, safe='')}" if name else "")
+
+
+@dataclass
+class Stats:
+    """Requests sent, by verb (GET, LIST, WATCH, APPLY, PATCH, DELETE, CREATE, UPDATE)."""
+
+    counts: Counter = field(default_factory=Counter)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, verb: str) -> None:
+        with self.lock:
+            self.counts[verb] += 1
+
+    def total(self) -> int:
+        with self.lock:
+            return sum(self.counts.values())
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.counts)
+
+
+def _load_client_configuration(kubeconfig: str | None, context: str | None):
+    """A ``kubernetes.client.Configuration`` from kubeconfig, falling back to in-cluster."""
+    import os
+
+    from kubernetes import client, config  # lazy: heavy import
+    from kubernetes.config.config_exception import ConfigException
+
+    cfg = client.Configuration()
+    explicit = kubeconfig or os.environ.get("KUBECONFIG")
+    try:
+        if explicit or os.path.exists(os.path.expanduser("~/.kube/config")) or context:
+            config.load_kube_config(config_file=kubeconfig, context=context,
+                                    client_configuration=cfg, persist_config=False)
+        else:
+            config.load_incluster_config(client_configuration=cfg)
+    except ConfigException as exc:
+        raise ConfigError(" ".join(str(exc).split())) from None
+    except FileNotFoundError as exc:
+        raise ConfigError(f"kubeconfig not found: {exc.filename}") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        # malformed YAML / missing keys surface as these from the loader
+        raise ConfigError(f"invalid kubeconfig: {' '.join(str(exc).split()) or type(exc).__name__}") from None
+    except Exception as exc:  # yaml errors and others: one line, never a traceback
+        raise ConfigError(f"invalid kubeconfig: {' '.join(str(exc).split())[:300]}") from None
+    return cfg
+
+
+class Kube:
+    """A small, counted, thread-safe Kubernetes API client.
+
+    ``dry_run`` makes every write carry ``dryRun=All`` (``--dry-run=server``).
+    ``before_request`` is a test hook called with (verb, path) before each request.
+    """
+
+    def __init__(self, configuration, *, request_timeout: float | None = None,
+                 dry_run: bool = False, user_agent: str | None = None):
+        from kubernetes import client  # lazy
+
+        self._cfg = configuration
+        self._api = client.ApiClient(configuration)
+        self.request_timeout = request_timeout
+        self.dry_run = dry_run
+        self.stats = Stats()
+        self.before_request = None
+        from . import __version__
+        self._ua = user_agent or f"kubectl-flux-plunger/{__version__}"
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None,
+                        **kwargs) -> "Kube":
+        return cls(_load_client_configuration(kubeconfig, context), **kwargs)
+
+    @property
+    def host(self) -> str:
+        return self._cfg.host
+
+    def close(self) -> None:
+        try:
+            self._api.close()
+        except Exception:
+            pass
+
+    # -- transport -----------------------------------------------------------------
+
+    def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": JSON, "User-Agent": self._ua}
+        if content_type:
+            headers["Content-Type"] = content_type
+        query: list = []
+        self._api.update_params_for_auth(headers, query, ["BearerToken"])
+        return headers
+
+    def request(self, verb: str, method: str, path: str, *, query: dict | None = None,
+                body: Any = None, content_type: str | None = None, write: bool = False,
+                timeout: float | None = None, stream: bool = False):
+        """Send one request. Returns the decoded JSON body (or the raw response when
+        ``stream``). Raises :class:`KubeError` for any non-2xx answer or transport failure."""
+        import urllib3  # comes with the client
+
+        q = {k: v for k, v in (query or {}).items() if v is not None}
+        if write and self.dry_run:
+            q["dryRun"] = "All"
+        url = self._cfg.host + path + (("?" + urlencode(q, doseq=True)) if q else "")
+        data = None
+        if body is not None:
+            data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+        if self.before_request:
+            self.before_request(verb, path)
+        self.stats.add(verb)
+        t = timeout if timeout is not None else self.request_timeout
+        try:
+            resp = self._api.rest_client.pool_manager.request(
+                method, url, body=data, headers=self._headers(content_type),
+                preload_content=not stream,
+                timeout=urllib3.Timeout(connect=t or 30, read=t) if (t or not stream) else
+                urllib3.Timeout(connect=30, read=None),
+                retries=False)
+        except urllib3.exceptions.HTTPError as exc:
+            raise KubeError(0, "Unreachable",
+                            f"cannot reach the Kubernetes API at {self._cfg.host}: "
+                            f"{_one_line(exc)}") from None
+        if stream:
+            if resp.status >= 300:
+                raw = resp.read()
+                resp.release_conn()
+                raise _error_from(resp.status, raw)
+            return resp
+        if resp.status >= 300:
+            raise _error_from(resp.status, resp.data)
+        if not resp.data:
+            return {}
+        try:
+            return json.loads(resp.data)
+        except ValueError:
+            raise KubeError(resp.status, "BadResponse",
+                            f"the API at {self._cfg.host} answered {method} {path} with non-JSON") from None
+
+    # -- HelmReleases --------------------------------------------------------------
+
+    def get_hr(self, namespace: str, name: str) -> dict | None:
+        """A fresh read; None when the release does not exist."""
+        try:
+            return self.request("GET", "GET", hr_path(namespace, name))
+        except KubeError as exc:
+            if exc.not_found and exc.reason == "NotFound" and _is_object_missing(exc):
+                return None
+            raise
+
+    def list_hrs(self, namespace: str | None = None, label_selector: str | None = None,
+                 resource_version: str | None = None, limit: int = 500) -> tuple[list[dict], str]:
+        """Every HelmRelease (paged). Returns (items, list resourceVersion)."""
+        items: list[dict] = []
+        cont = None
+        rv = ""
+        while True:
+            out = self.request("LIST", "GET", hr_path(namespace), query={
+                "labelSelector": label_selector, "limit": limit, "continue": cont,
+                "resourceVersion": resource_version if not cont else None})
+            items.extend(out.get("items") or [])
+            rv = out.get("metadata", {}).get("resourceVersion", rv)
+            cont = out.get("metadata", {}).get("continue")
+            if not cont:
+                return items, rv
+
+    def watch_hrs(self, namespace: str | None, label_selector: str | None,
+                  resource_version: str, timeout_seconds: int = 300) -> Iterator[dict]:
+        """Stream watch events (dicts with ``type`` and ``object``) with bookmarks.
+        A 410 arrives as an ERROR event or as a KubeError(status=410)."""
+        resp = self.request("WATCH", "GET", hr_path(namespace), query={
+            "watch": "true", "allowWatchBookmarks": "true", "labelSelector": label_selector,
+            "resourceVersion": resource_version, "timeoutSeconds": timeout_seconds},
+            stream=True, timeout=timeout_seconds + 30)
+        buf = b""
+        try:
+            for chunk in resp.stream(4096, decode_content=True):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    if line.strip():
+                        yield json.loads(line)
+        except Exception as exc:
+            import urllib3
+            if isinstance(exc, (urllib3.exceptions.HTTPError, OSError)):
+                raise KubeError(0, "Unreachable", f"watch interrupted: {_one_line(exc)}") from None
+            raise
+        finally:
+            resp.release_conn()
+
+    def apply_hr(self, body: dict, *, force: bool = False) -> dict:
+        """Server-side apply by manager ``flux-plunger`` of a minimal body."""
+        md = body["metadata"]
+        return self.request("APPLY", "PATCH", hr_path(md["namespace"], md["name"]), body=body,
+                            content_type=APPLY_PATCH, write=True,
+                            query={"fieldManager": C.FIELD_MANAGER,
+                                   "force": "true" if force else None})
+
+    def merge_patch_hr(self, namespace: str, name: str, patch: dict, *,
+                       field_manager: str = C.CLIENT_SIDE_MANAGER) -> dict:
+        return self.request("PATCH", "PATCH", hr_path(namespace, name), body=patch,
+                            content_type=MERGE_PATCH, write=True,
+                            query={"fieldManager": field_manager})
+
+    def json_patch_hr(self, namespace: str, name: str, ops: list[dict], *,
+                      field_manager: str = C.FIELD_MANAGER) -> dict:
+        return self.request("PATCH", "PATCH", hr_path(namespace, name), body=ops,
+                            content_type=JSON_PATCH, write=True,
+                            query={"fieldManager": field_manager})
+
+    # -- Helm storage Secrets -------------------------------------------------------
+
+    def list_secrets(self, namespace: str, label_selector: str) -> list[dict]:
+        out = self.request("LIST", "GET", core_path("secrets", namespace),
+                           query={"labelSelector": label_selector})
+        return out.get("items") or []
+
+    def delete_secret(self, namespace: str, name: str, uid: str) -> dict:
+        """DELETE with a uid precondition: a Secret re-created under the same name stays."""
+        return self.request("DELETE", "DELETE", core_path("secrets", namespace, name),
+                            body={"apiVersion": "v1", "kind": "DeleteOptions",
+                                  "preconditions": {"uid": uid}},
+                            content_type=JSON, write=True)
+
+    # -- Events --------------------------------------------------------------------
+
+    def get_event(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.request("GET", "GET", core_path("events", namespace, name))
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    def create_event(self, namespace: str, body: dict) -> dict:
+        return self.request("CREATE", "POST", core_path("events", namespace), body=body,
+                            content_type=JSON, write=True)
+
+    def patch_event(self, namespace: str, name: str, patch: dict) -> dict:
+        return self.request("PATCH", "PATCH", core_path("events", namespace, name), body=patch,
+                            content_type=MERGE_PATCH, write=True)
+
+    # -- Leases --------------------------------------------------------------------
+
+    def get_lease(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.request("GET", "GET", lease_path(namespace, name))
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    def create_lease(self, namespace: str, body: dict) -> dict:
+        return self.request("CREATE", "POST", lease_path(namespace), body=body,
+                            content_type=JSON)
+
+    def update_lease(self, namespace: str, name: str, body: dict) -> dict:
+        return self.request("UPDATE", "PUT", lease_path(namespace, name), body=body,
+                            content_type=JSON)
+
+    # -- discovery -----------------------------------------------------------------
+
+    def server_version(self) -> dict:
+        return self.request("GET", "GET", "/version")
+
+    def list_deployments_any(self, label_selector: str) -> list[dict]:
+        out = self.request("LIST", "GET", "/apis/apps/v1/deployments",
+                           query={"labelSelector": label_selector})
+        return out.get("items") or []
+
+    def hr_api_served(self) -> bool:
+        try:
+            self.request("GET", "GET", f"/apis/{C.HR_GROUP}/{C.HR_VERSION}")
+            return True
+        except KubeError as exc:
+            if exc.not_found:
+                return False
+            raise
+
+
+def _is_object_missing(exc: KubeError) -> bool:
+    """A 404 for a missing object carries details.kind; a 404 for a missing API does not."""
+    details = exc.body.get("details") or {}
+    return bool(details.get("name") or details.get("kind"))
+
+
+def _one_line(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text[:300] or type(exc).__name__
+
+
+def _error_from(status: int, raw: bytes) -> KubeError:
+    body: dict = {}
+    try:
+        body = json.loads(raw) if raw else {}
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    reason = body.get("reason") or {401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+                                     409: "Conflict", 410: "Gone"}.get(status, "Error")
+    message = body.get("message") or (raw.decode("utf-8", "replace").strip()[:300] if raw else "")
+    return KubeError(status, reason, " ".join(message.split()) or f"HTTP {status}", body)
+
+
+IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def default_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context in use (kubectl's default), else the
+    in-cluster namespace, else ``default``."""
+    import os
+
+    from kubernetes import config  # lazy
+    try:
+        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+        chosen = active
+        if context:
+            chosen = next((c for c in contexts if c.get("name") == context), None)
+            if chosen is None:
+                raise ConfigError(f'context "{context}" does not exist')
+        ns = ((chosen or {}).get("context") or {}).get("namespace")
+        if ns:
+            return ns
+    except ConfigError:
+        raise
+    except Exception:  # no kubeconfig: fall through to in-cluster / default
+        pass
+    if os.path.exists(IN_CLUSTER_NAMESPACE):
+        with open(IN_CLUSTER_NAMESPACE) as fh:
+            return fh.read().strip() or "default"
+    return "default"

@@ -1,0 +1,223 @@
+"""The decision table of SPEC §6 as data: one fresh read in, one Decision out.
+
+``decide`` is the only place that maps a HelmRelease's state to an action; every face (CLI verbs,
+the controller, its drain) runs the same function.  Event messages are static strings — no names,
+no numbers — so repeats on one object fold into one counted Event.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+
+from . import constants
+from .detect import (
+    has_remote_kubeconfig,
+    held_seconds,
+    is_fenced,
+    is_stuck,
+    is_suspended,
+    is_terminating,
+    processed_annotation_present,
+    uninstall_reached,
+)
+from .ownership import owns_suspend
+
+
+class Action(enum.Enum):
+    """What the executor does for a decision."""
+
+    NOTHING = "nothing"
+    RELINQUISH = "relinquish"  # lift our suspension (fence kept iff terminating and fenced)
+    REMOVE_FENCE = "remove-fence"  # drop only our fence; never touches spec.suspend
+    WAIT_FENCE = "wait-fence"  # terminating, fenced, helm-controller has not uninstalled yet
+    RECOVER = "recover"  # run the recovery sequence
+
+
+@dataclass(frozen=True)
+class EventSpec:
+    """An Event to record on the HelmRelease: reason, type ("Normal"/"Warning"), static message."""
+
+    reason: str
+    type: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The action for one pass over one release, the table row that chose it, and why."""
+
+    action: Action
+    row: str
+    reason: str
+    event: EventSpec | None
+    requeue_after: float | None
+
+
+NORMAL, WARNING = "Normal", "Warning"
+
+SUSPENSION_NOT_OWNED = EventSpec(
+    "SuspensionNotOwned",
+    NORMAL,
+    "Left a suspension set by another manager untouched; flux-plunger only lifts suspensions "
+    "it set itself",
+)
+SUSPENSION_NOT_OWNED_AFTER_RECOVERY = EventSpec(
+    "SuspensionNotOwned",
+    WARNING,
+    "Left a suspension flux-plunger does not own untouched on a release it recovered before; "
+    "if an older flux-plunger left it, resume the release once you have checked nobody else "
+    "needs it suspended",
+)
+TERMINATING_WHILE_SUSPENDED = EventSpec(
+    "TerminatingWhileSuspended",
+    NORMAL,
+    "HelmRelease is being deleted while suspended by another manager; helm-controller skips "
+    "the Helm uninstall of a suspended release and leaves its resources in place",
+)
+TERMINATING_WHILE_SUSPENDED_AFTER_RECOVERY = EventSpec(
+    "TerminatingWhileSuspended",
+    WARNING,
+    "HelmRelease is being deleted while suspended by another manager after flux-plunger "
+    "recovered it; helm-controller skips the Helm uninstall, so its resources are left behind",
+)
+UNINSTALL_FENCE_HELD = EventSpec(
+    "UninstallFenceHeld",
+    WARNING,
+    "HelmRelease delete is held by flux-plunger's uninstall fence until helm-controller has "
+    "reconciled the unsuspended release; check that helm-controller is running and "
+    "reconciling it",
+)
+UNSUSPEND_FAILED = EventSpec(
+    "UnsuspendFailed",
+    WARNING,
+    "Could not lift a suspension flux-plunger set; retrying. While the release stays "
+    "suspended, deleting it skips the Helm uninstall and orphans its resources",
+)
+RECOVERY_DEFERRED = EventSpec(
+    "RecoveryDeferred",
+    NORMAL,
+    "Recovery deferred: another manager took spec.suspend or the release began terminating "
+    "between read and write; retrying on the next pass",
+)
+
+
+def _decision(
+    action: Action,
+    row: str,
+    reason: str,
+    event: EventSpec | None = None,
+    requeue_after: float | None = None,
+) -> Decision:
+    """A Decision with the usual defaults: no event, no requeue."""
+    return Decision(action, row, reason, event, requeue_after)
+
+
+def _fence_or_nothing(hr: dict) -> Action:
+    """Remove our fence when present; otherwise there is nothing of ours to undo."""
+    return Action.REMOVE_FENCE if is_fenced(hr) else Action.NOTHING
+
+
+def _decide_terminating(
+    hr: dict, now: datetime, fence_warn_after: float, fence_recheck: float
+) -> Decision:
+    """Rows for a HelmRelease with a deletionTimestamp."""
+    if is_suspended(hr) and owns_suspend(hr):
+        return _decision(
+            Action.RELINQUISH,
+            "terminating-suspended-owned",
+            "being deleted while suspended by flux-plunger: lift the suspension, keep the fence",
+        )
+    if is_suspended(hr):
+        event = (
+            TERMINATING_WHILE_SUSPENDED_AFTER_RECOVERY
+            if processed_annotation_present(hr)
+            else TERMINATING_WHILE_SUSPENDED
+        )
+        return _decision(
+            _fence_or_nothing(hr),
+            "terminating-suspended-foreign",
+            "being deleted while suspended by another manager: only our fence can go",
+            event,
+        )
+    if not is_fenced(hr):
+        return _decision(Action.NOTHING, "terminating-unfenced", "being deleted; nothing of ours")
+    if uninstall_reached(hr):
+        return _decision(
+            Action.REMOVE_FENCE,
+            "terminating-fenced-uninstalled",
+            "helm-controller has handled the unsuspended release: the fence can go",
+        )
+    held = held_seconds(hr, now)
+    warn = held is not None and held >= fence_warn_after
+    return _decision(
+        Action.WAIT_FENCE,
+        "terminating-fenced-waiting",
+        "fence holds the delete until helm-controller reconciles the unsuspended release",
+        UNINSTALL_FENCE_HELD if warn else None,
+        fence_recheck,
+    )
+
+
+def _decide_live(hr: dict) -> Decision:
+    """Rows for a HelmRelease without a deletionTimestamp."""
+    if is_suspended(hr) and not owns_suspend(hr):
+        recovered = processed_annotation_present(hr)
+        return _decision(
+            _fence_or_nothing(hr),
+            "live-suspended-foreign",
+            "suspended by another manager: left untouched, only our fence can go",
+            SUSPENSION_NOT_OWNED_AFTER_RECOVERY if recovered else SUSPENSION_NOT_OWNED,
+        )
+    if is_suspended(hr):
+        return _decision(
+            Action.RELINQUISH,
+            "live-suspended-owned",
+            "suspended by flux-plunger (interrupted recovery): lift it with the fence",
+        )
+    if is_fenced(hr):
+        return _decision(
+            Action.REMOVE_FENCE, "live-fenced", "not suspended but still fenced: remove the fence"
+        )
+    if is_stuck(hr) and has_remote_kubeconfig(hr):
+        return _decision(
+            Action.NOTHING,
+            "remote-kubeconfig",
+            "stuck, but its Helm storage is in a remote cluster (spec.kubeConfig): skipped",
+        )
+    if is_stuck(hr):
+        return _decision(
+            Action.RECOVER, "live-stuck", "stuck with \"has no deployed releases\": recover"
+        )
+    return _decision(Action.NOTHING, "healthy", "nothing to do")
+
+
+def decide(
+    hr: dict | None,
+    now: datetime,
+    *,
+    fence_warn_after: float = constants.FENCE_HELD_WARN_SECONDS,
+    fence_recheck: float = constants.FENCE_RECHECK_SECONDS,
+) -> Decision:
+    """The SPEC §6 row for a fresh read of one HelmRelease (None when it is gone).
+
+    The already-processed guard needs the storage list, so the executor applies it within
+    RECOVER (``detect.already_processed``) rather than here.
+    """
+    if hr is None:
+        return _decision(Action.NOTHING, "gone", "the HelmRelease no longer exists")
+    if is_terminating(hr):
+        return _decide_terminating(hr, now, fence_warn_after, fence_recheck)
+    return _decide_live(hr)
+
+
+def predicate(hr: dict) -> bool:
+    """The watch filter (SPEC §8): could a pass over this release do anything?"""
+    suspended = is_suspended(hr)
+    return (
+        is_stuck(hr)
+        or (suspended and owns_suspend(hr))
+        or is_fenced(hr)
+        or (suspended and is_terminating(hr))
+    )

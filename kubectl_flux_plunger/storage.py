@@ -1,0 +1,338 @@
+"""Helm storage: where a HelmRelease's release Secrets live and which one to delete (SPEC §4).
+
+Helm keeps one Secret per revision, ``sh.helm.release.v1.<release>.v<N>`` of type
+``helm.sh/release.v1`` labelled ``owner=helm,name=<release>,status=…,version=<N>``; its
+``data.release`` is base64(gzip(JSON)) inside the Secret's own base64.  ``choose_revision`` is the
+whole safety check: it returns ok only for a newest revision whose payload status produces
+"has no deployed releases" while no revision is deployed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import hashlib
+import json
+import re
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from . import constants
+
+MAX_RELEASE_NAME = 53
+_SHORT_PREFIX = 40
+_SHORT_HASH = 12
+_GZIP_MAGIC = b"\x1f\x8b\x08"
+_DECIMAL = re.compile(r"[0-9]+")
+_SECRET_NAME = re.compile(r"sh\.helm\.release\.v1\..+\.v([0-9]+)")
+
+# Helm's own descriptions, so crafted storage looks like what Helm writes.
+_DESCRIPTIONS = {
+    "deployed": "Install complete",
+    "superseded": "Superseded by new release",
+    "failed": "Release failed",
+    "uninstalling": "Deletion in progress (or silently failed)",
+    "uninstalled": "Uninstallation complete",
+    "pending-install": "Initial install underway",
+    "pending-upgrade": "Preparing upgrade",
+    "pending-rollback": "Preparing rollback",
+}
+
+
+def _dig(obj: Any, *keys: str) -> Any:
+    """``obj[k1][k2]…`` or None as soon as a step is missing or not a mapping.
+
+    A private twin of ``detect.dig``: the layers contract keeps this module below ``detect``.
+    """
+    for key in keys:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+class PayloadError(ValueError):
+    """A storage Secret's ``data.release`` cannot be decoded into a Release."""
+
+
+def shorten_name(name: str) -> str:
+    """helm-controller's ``ShortenName``: >53 chars → 40 chars + ``-`` + sha256(name)[:12]."""
+    if len(name) <= MAX_RELEASE_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()
+    return f"{name[:_SHORT_PREFIX]}-{digest[:_SHORT_HASH]}"
+
+
+def _configured_release_name(hr: dict) -> str:
+    """The release name the spec asks for, before shortening (HelmRelease.GetReleaseName)."""
+    explicit = _dig(hr, "spec", "releaseName")
+    if isinstance(explicit, str) and explicit:
+        return explicit
+    name = str(_dig(hr, "metadata", "name") or "")
+    target = _dig(hr, "spec", "targetNamespace")
+    return f"{target}-{name}" if isinstance(target, str) and target else name
+
+
+def release_name(hr: dict) -> str:
+    """The Helm release name: what helm-controller recorded in ``status.history``, else derived.
+
+    The recorded name wins because it is what helm-controller actually used for storage.
+    """
+    history = _dig(hr, "status", "history")
+    if isinstance(history, list) and history and isinstance(history[0], dict):
+        recorded = history[0].get("name")
+        if isinstance(recorded, str) and recorded:
+            return recorded
+    return shorten_name(_configured_release_name(hr))
+
+
+def storage_namespace(hr: dict) -> str:
+    """The storage namespace: status.storageNamespace, spec.storageNamespace, or the HR's own.
+
+    Not the target namespace: Helm storage stays beside the HelmRelease unless told otherwise.
+    """
+    for path in (("status", "storageNamespace"), ("spec", "storageNamespace")):
+        value = _dig(hr, *path)
+        if isinstance(value, str) and value:
+            return value
+    return str(_dig(hr, "metadata", "namespace") or "")
+
+
+def label_selector(release: str) -> str:
+    """The label selector Helm itself uses to list a release's storage."""
+    return f"owner=helm,name={release}"
+
+
+def _revision_number(name: str, labels: dict) -> int | None:
+    """The revision from the ``version`` label, else the ``.v<N>`` name suffix, else None."""
+    label = labels.get("version")
+    if isinstance(label, str) and _DECIMAL.fullmatch(label):
+        return int(label)
+    match = _SECRET_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One Helm storage Secret, as far as its metadata tells."""
+
+    name: str
+    namespace: str
+    uid: str
+    resource_version: str
+    number: int | None
+    label_status: str | None
+
+    @classmethod
+    def from_secret(cls, secret: dict) -> Revision | None:
+        """Parse a Secret; None unless its type is ``helm.sh/release.v1``.  Never raises."""
+        if secret.get("type") != constants.HELM_SECRET_TYPE:
+            return None
+        metadata = secret.get("metadata") if isinstance(secret.get("metadata"), dict) else {}
+        labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+        name = str(metadata.get("name") or "")
+        status = labels.get("status")
+        return cls(
+            name=name,
+            namespace=str(metadata.get("namespace") or ""),
+            uid=str(metadata.get("uid") or ""),
+            resource_version=str(metadata.get("resourceVersion") or ""),
+            number=_revision_number(name, labels),
+            label_status=status if isinstance(status, str) else None,
+        )
+
+
+def _b64decode(value: Any, what: str) -> bytes:
+    """Strict base64 decode, turning every failure into a one-line PayloadError."""
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise PayloadError(f"{what} is not valid base64 ({exc})") from None
+
+
+def decode_payload(secret: dict) -> dict:
+    """The Release JSON stored in a Secret's ``data.release``.
+
+    Undo the Secret's base64, then Helm's base64, then gzip when the bytes carry its magic
+    (Helm only gunzips then), then parse JSON.  Raises PayloadError with a one-line message.
+    """
+    raw = _dig(secret, "data", "release")
+    if not isinstance(raw, str) or not raw:
+        raise PayloadError("data.release is missing")
+    blob = _b64decode(_b64decode(raw, "data.release"), "the Helm release blob")
+    if blob.startswith(_GZIP_MAGIC):
+        try:
+            blob = gzip.decompress(blob)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise PayloadError(f"the gzip stream is corrupt ({exc})") from None
+    try:
+        release = json.loads(blob)
+    except ValueError as exc:
+        raise PayloadError(f"the release is not JSON ({exc})") from None
+    if not isinstance(release, dict):
+        raise PayloadError("the release JSON is not an object")
+    return release
+
+
+def encode_payload(release: dict) -> str:
+    """The ``data.release`` value storing ``release``: base64(base64(gzip(JSON)))."""
+    helm_blob = base64.b64encode(gzip.compress(json.dumps(release).encode()))
+    return base64.b64encode(helm_blob).decode()
+
+
+def make_storage_secret(
+    release_name: str,
+    namespace: str,
+    revision: int,
+    status: str,
+    *,
+    chart_name: str = "demo",
+    chart_version: str = "0.1.0",
+    extra: dict | None = None,
+) -> dict:
+    """A complete Helm storage Secret body for one revision, label and payload consistent.
+
+    ``extra`` is merged into the Release payload's top level (e.g. to set a mismatching
+    ``version`` or a custom ``info``), so fixtures can craft odd storage too.
+    """
+    release: dict[str, Any] = {
+        "name": release_name,
+        "namespace": namespace,
+        "version": revision,
+        "info": {"status": status, "description": _DESCRIPTIONS.get(status, "")},
+        "chart": {
+            "metadata": {"apiVersion": "v2", "name": chart_name, "version": chart_version},
+        },
+        "manifest": "",
+        "config": {},
+    }
+    release.update(extra or {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": constants.HELM_SECRET_TYPE,
+        "metadata": {
+            "name": f"sh.helm.release.v1.{release_name}.v{revision}",
+            "namespace": namespace,
+            "labels": {
+                "owner": "helm",
+                "name": release_name,
+                "status": status,
+                "version": str(revision),
+            },
+        },
+        "data": {"release": encode_payload(release)},
+    }
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The outcome of the §4 check: the newest revision (when known) and whether to delete it."""
+
+    revision: Revision | None
+    helm_status: str | None
+    ok: bool
+    reason: str
+
+
+def _refuse(reason: str, revision: Revision | None = None, status: str | None = None) -> Choice:
+    """A not-ok Choice: nothing is deleted, the reason is reported."""
+    return Choice(revision=revision, helm_status=status, ok=False, reason=reason)
+
+
+def _storage_of(release: str, secrets: list[dict]) -> list[tuple[Revision, dict]]:
+    """The release's storage Secrets: right type and ``name`` label, with their parsed metadata."""
+    found = []
+    for secret in secrets:
+        revision = Revision.from_secret(secret) if isinstance(secret, dict) else None
+        if revision is not None and _dig(secret, "metadata", "labels", "name") == release:
+            found.append((revision, secret))
+    return found
+
+
+def _label_deployed(storage: list[tuple[Revision, dict]], newest: Revision) -> Revision | None:
+    """A revision labelled ``status=deployed`` (Helm's Deployed() query), the newest preferred."""
+    if newest.label_status == "deployed":
+        return newest
+    return next((rev for rev, _ in storage if rev.label_status == "deployed"), None)
+
+
+def _describe(revision: Revision) -> str:
+    """How a revision is named in reasons: by number, or by Secret name when it has none."""
+    if revision.number is not None:
+        return f"revision {revision.number}"
+    return f"storage Secret {revision.name}"
+
+
+def _why_not_blocking(status: str | None) -> str:
+    """Why a non-blocking newest status needs no help from us (SPEC §4, helm-controller §1.6)."""
+    if status in ("failed", "superseded"):
+        return "helm-controller upgrades from it"
+    if isinstance(status, str) and status.startswith("pending-"):
+        return "helm-controller unlocks it itself"
+    return "not a status that causes 'has no deployed releases'"
+
+
+def _payload_status(payload: dict) -> str | None:
+    """The Release payload's ``info.status``, None when missing or not a string."""
+    status = _dig(payload, "info", "status")
+    return status if isinstance(status, str) else None
+
+
+def _try_decode(secret: dict) -> tuple[dict | None, str]:
+    """(payload, "") or (None, the one-line decode error)."""
+    try:
+        return decode_payload(secret), ""
+    except PayloadError as exc:
+        return None, str(exc)
+
+
+def _check_newest(newest: Revision, secret: dict, deployed: Revision | None) -> Choice:
+    """Decode the newest revision's payload and decide whether it is the blocking one.
+
+    The payload is decoded even when another revision is deployed, so the refusal still
+    reports the newest revision's Helm status.
+    """
+    label = f"newest revision {newest.number}"
+    payload, error = _try_decode(secret)
+    status = _payload_status(payload) if payload is not None else None
+    if deployed is not None:
+        prefix = "newest " if deployed is newest else ""
+        return _refuse(f"{prefix}{_describe(deployed)} is deployed", newest, status)
+    if payload is None:
+        return _refuse(f"{label} payload cannot be decoded: {error}", newest)
+    version = payload.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version != newest.number:
+        return _refuse(f"{label} payload records version {version!r}", newest, status)
+    if status == "deployed":
+        return _refuse(f"{label} is deployed", newest, status)
+    if status not in constants.BLOCKING_STATUSES:
+        why = _why_not_blocking(status)
+        return _refuse(f"{label} has status {status} ({why})", newest, status)
+    return Choice(newest, status, True, f"{label} has status {status} and no revision is deployed")
+
+
+def choose_revision(hr: dict, secrets: list[dict]) -> Choice:
+    """Pick the revision to delete from the listed Secrets, or explain why none (SPEC §4).
+
+    ok only when the newest numbered revision's payload status is blocking, its payload version
+    matches its number, it is the only Secret with that number, and no revision is deployed.
+    Secrets without a revision number are ignored for ordering but still count as deployed.
+    """
+    release, namespace = release_name(hr), storage_namespace(hr)
+    storage = _storage_of(release, secrets)
+    if not storage:
+        return _refuse(f"no Helm storage Secrets for release {release} in namespace {namespace}")
+    numbered = [(rev, secret) for rev, secret in storage if rev.number is not None]
+    if not numbered:
+        first = min(rev.name for rev, _ in storage)
+        return _refuse(f"storage Secret {first} has no revision number")
+    newest, newest_secret = max(numbered, key=lambda pair: pair[0].number)
+    twins = sorted(rev.name for rev, _ in numbered if rev.number == newest.number)
+    if len(twins) > 1:
+        names = ", ".join(twins)
+        return _refuse(f"revision {newest.number} is stored in more than one Secret ({names})",
+                       newest)
+    return _check_newest(newest, newest_secret, _label_deployed(storage, newest))

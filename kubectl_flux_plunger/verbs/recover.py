@@ -1,0 +1,34 @@
+"""``recover`` and ``resume-owned``: the decision table applied once to each selected release,
+with bounded concurrency across releases (each release is handled by one thread)."""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from .. import plan
+from ..executor import Executor, Outcome
+from ..kube import KubeError
+
+# Rows `resume-owned` may act on: our own suspensions (with their fences) and nothing else.
+RESUME_ROWS = frozenset({"live-suspended-owned", "terminating-suspended-owned"})
+
+
+def _one(executor: Executor, hr: dict, only_rows: frozenset[str] | None) -> Outcome:
+    md = hr["metadata"]
+    ns, name = md["namespace"], md["name"]
+    try:
+        if only_rows is not None:
+            d = plan.decide(hr, executor.clock())
+            if d.row not in only_rows:
+                return Outcome(ns, name, "unchanged", d.reason, row=d.row)
+        return executor.apply_decision(ns, name, hr)
+    except KubeError as exc:
+        return Outcome(ns, name, "failed", str(exc), failed=True)
+
+
+def run(executor: Executor, releases: list[dict], *, concurrency: int = 4,
+        only_rows: frozenset[str] | None = None) -> list[Outcome]:
+    """Apply one pass to every release; results in the order of ``releases``."""
+    if concurrency <= 1 or len(releases) <= 1:
+        return [_one(executor, hr, only_rows) for hr in releases]
+    with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="recover") as pool:
+        return list(pool.map(lambda hr: _one(executor, hr, only_rows), releases))

@@ -1,0 +1,170 @@
+"""``release-fence``: what an uninstall of the controller runs (SPEC §7).
+
+For every release carrying our fence: lift a suspension flux-plunger alone owns (guarded
+JSON patch, never server-side apply), then remove every copy of the fence with guarded
+test+remove patches.  Retries are per release within a bounded window, so one unreadable
+release cannot starve the rest.  Optionally first lets helm-controller finish uninstalls.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from .. import constants as C
+from .. import detect, ownership, writes
+from ..executor import Executor
+from ..kube import Kube, KubeError
+
+RETRY_SLEEP = 1.0
+MAX_FENCE_REMOVALS = 8
+
+
+@dataclass
+class FenceResult:
+    namespace: str
+    name: str
+    released: bool
+    without_uninstall: bool
+    detail: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        ref = f"{self.namespace}/{self.name}"
+        if not self.released:
+            return f"NOT released {ref}: {self.detail}"
+        if self.without_uninstall:
+            return (f"released the uninstall fence from {ref} without an uninstall: "
+                    "helm-controller had not handled it")
+        return f"released the uninstall fence from {ref}" + (f" ({self.detail})" if self.detail else "")
+
+
+def _lift_sole_suspension(kube: Kube, hr: dict, deadline: float) -> dict | None:
+    """Lift a suspension flux-plunger alone owns.  Returns the release as last read
+    (None when gone).  Raises KubeError when the window closes."""
+    current = hr
+    while True:
+        if current is None:
+            return None
+        if not (detect.is_suspended(current) and ownership.sole_owner_is_us(current)):
+            return current
+        md = current["metadata"]
+        try:
+            return kube.json_patch_hr(md["namespace"], md["name"],
+                                      writes.unsuspend_json_patch(current))
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(RETRY_SLEEP)
+        current = _reread(kube, current, deadline)
+
+
+def _reread(kube: Kube, hr: dict, deadline: float) -> dict | None:
+    md = hr["metadata"]
+    while True:
+        try:
+            fresh = kube.get_hr(md["namespace"], md["name"])
+            if fresh is not None and fresh["metadata"].get("uid") != md.get("uid"):
+                return None
+            return fresh
+        except KubeError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(RETRY_SLEEP)
+
+
+def _remove_fences(kube: Kube, hr: dict, deadline: float) -> dict | None:
+    """Remove every copy of the fence; returns the release as last written/read."""
+    current, removed = hr, 0
+    while current is not None and detect.is_fenced(current):
+        if removed >= MAX_FENCE_REMOVALS:
+            raise KubeError(409, "Conflict", "the fence keeps coming back; is a flux-plunger "
+                            "controller still running?")
+        md = current["metadata"]
+        try:
+            current = kube.json_patch_hr(md["namespace"], md["name"],
+                                         writes.remove_fence_json_patch(current))
+            removed += 1
+            continue
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(RETRY_SLEEP)
+        current = _reread(kube, current, deadline)
+    return current
+
+
+def release_one(kube: Kube, hr: dict, window: float) -> FenceResult:
+    md = hr["metadata"]
+    ns, name = md["namespace"], md["name"]
+    deadline = time.monotonic() + window
+    try:
+        current = _lift_sole_suspension(kube, hr, deadline)
+    except KubeError as exc:
+        return FenceResult(ns, name, False, False,
+                           f"flux-plunger's suspension could not be lifted: {exc}")
+    if current is not None and detect.is_suspended(current) and ownership.owns_suspend(current):
+        note = "the suspension is co-owned by another manager and was left in place"
+    else:
+        note = ""
+    # Judged after the lift: a lifted deleted release is unhandled until helm-controller
+    # reconciles the bumped generation.
+    unhandled = (current is not None and detect.is_terminating(current)
+                 and not detect.uninstall_reached(current)
+                 and C.HELM_CONTROLLER_FINALIZER not in (current["metadata"].get("finalizers") or []))
+    try:
+        if current is not None:
+            _remove_fences(kube, current, deadline)
+    except KubeError as exc:
+        return FenceResult(ns, name, False, False, f"the fence could not be removed: {exc}")
+    return FenceResult(ns, name, True, unhandled, note)
+
+
+def wait_uninstalls(executor: Executor, releases: list[dict], timeout: float,
+                    poll: float = 1.0) -> list[dict]:
+    """The drain: let helm-controller finish uninstalls of deleted, fenced releases
+    (lifting our suspensions so it can) until none waits or ``timeout`` passes.
+    Returns the releases re-read at the end (gone ones dropped)."""
+    deadline = time.monotonic() + timeout
+    kube = executor.kube
+    pending = releases
+    while True:
+        fresh = []
+        waiting = False
+        for hr in pending:
+            md = hr["metadata"]
+            try:
+                current = kube.get_hr(md["namespace"], md["name"])
+            except KubeError:
+                fresh.append(hr)
+                continue
+            if current is None:
+                continue
+            if detect.is_terminating(current) and detect.is_fenced(current):
+                outcome = executor.apply_decision(md["namespace"], md["name"], current)
+                if outcome.result in ("waiting", "relinquished", "failed"):
+                    waiting = True
+                current = kube.get_hr(md["namespace"], md["name"])
+                if current is None:
+                    continue
+            fresh.append(current)
+        pending = fresh
+        if not waiting or time.monotonic() >= deadline:
+            return [hr for hr in pending if detect.is_fenced(hr)]
+        time.sleep(poll)
+
+
+def run(kube: Kube, releases: list[dict], *, window: float = 60.0) -> list[FenceResult]:
+    return [release_one(kube, hr, window) for hr in releases if detect.is_fenced(hr)]
+
+
+def summary(results: list[FenceResult]) -> str:
+    released = sum(r.released for r in results)
+    unhandled = sum(r.released and r.without_uninstall for r in results)
+    return (f"released {released} of {len(results)} fenced HelmReleases, "
+            f"{unhandled} without an uninstall")

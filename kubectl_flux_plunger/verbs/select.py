@@ -1,0 +1,52 @@
+"""Which HelmReleases a verb works on: names, a namespace, all namespaces, a selector."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..kube import Kube, KubeError
+
+
+class SelectionError(Exception):
+    """A named release or the API itself is missing; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    namespace: str | None          # None with all_namespaces
+    all_namespaces: bool = False
+    selector: str | None = None
+    names: tuple[str, ...] = field(default_factory=tuple)
+
+
+def fetch(kube: Kube, sel: Selection) -> tuple[list[dict], list[str]]:
+    """Fresh reads of the selected releases.  Returns (releases, not-found errors)."""
+    if not kube.hr_api_served():
+        raise SelectionError("the server doesn't have a resource type \"helmreleases\" in "
+                             "helm.toolkit.fluxcd.io/v2 (is Flux installed?)")
+    if sel.names:
+        found, missing = [], []
+        for name in dict.fromkeys(sel.names):
+            hr = kube.get_hr(sel.namespace or "default", name)
+            if hr is None:
+                missing.append(f'helmreleases.helm.toolkit.fluxcd.io "{name}" not found in '
+                               f'namespace "{sel.namespace}"')
+            else:
+                found.append(hr)
+        return found, missing
+    items, _ = kube.list_hrs(None if sel.all_namespaces else sel.namespace, sel.selector)
+    items.sort(key=lambda h: (h["metadata"].get("namespace", ""), h["metadata"]["name"]))
+    return items, []
+
+
+def namespace_exists(kube: Kube, namespace: str) -> bool | None:
+    """True/False, or None when we may not read namespaces (then we cannot tell)."""
+    try:
+        kube.request("GET", "GET", f"/api/v1/namespaces/{namespace}")
+        return True
+    except KubeError as exc:
+        if exc.not_found:
+            return False
+        if exc.forbidden:
+            return None
+        raise
+

@@ -1,0 +1,111 @@
+"""Request bodies of the write primitives (SPEC §5).  Pure: they build new dicts, never send.
+
+Every body carries the evidence of the read that decided on it: ``metadata.resourceVersion``
+turns any write landing in between into a 409 (re-decide) and ``metadata.uid`` stops a
+server-side apply from re-creating a release that is gone.  The apply bodies are minimal so we
+never take ownership of a field we do not mean to own.  Builders never mutate their input.
+"""
+
+from __future__ import annotations
+
+from . import constants
+from .ownership import fence_indices, is_fenced
+
+
+def _metadata(hr: dict) -> dict:
+    """``metadata`` of the read (empty when malformed)."""
+    metadata = hr.get("metadata")
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def _read_evidence(hr: dict) -> tuple[str, str]:
+    """(resourceVersion, uid) of the read; a write without them would be unconditional."""
+    rv, uid = _metadata(hr).get("resourceVersion"), _metadata(hr).get("uid")
+    if not isinstance(rv, str) or not rv or not isinstance(uid, str) or not uid:
+        raise ValueError("HelmRelease read carries no metadata.resourceVersion and uid")
+    return rv, uid
+
+
+def _apply_metadata(hr: dict) -> dict:
+    """Identity plus read preconditions: the metadata every server-side apply body starts from."""
+    rv, uid = _read_evidence(hr)
+    return {
+        "name": _metadata(hr).get("name"),
+        "namespace": _metadata(hr).get("namespace"),
+        "resourceVersion": rv,
+        "uid": uid,
+    }
+
+
+def acquire_body(hr: dict) -> dict:
+    """SSA body that suspends the release and adds our fence in one write — nothing else.
+
+    No ``spec.interval`` or any other field: the apply must not claim fields we do not own.
+    """
+    return {
+        "apiVersion": constants.HR_API_VERSION,
+        "kind": constants.HR_KIND,
+        "metadata": {**_apply_metadata(hr), "finalizers": [constants.FENCE]},
+        "spec": {"suspend": True},
+    }
+
+
+def relinquish_body(hr: dict) -> dict:
+    """SSA body that gives ``spec.suspend`` up (and, on a live release, the fence with it).
+
+    Omitting a field from our apply drops our ownership: a sole-owned ``spec.suspend`` is
+    removed (the release resumes) and, finalizers being a set, our fence entry goes while
+    helm-controller's stays.  A terminating, fenced release keeps the fence (the apiserver would
+    refuse to add it back) until helm-controller has run the uninstall.
+    """
+    metadata = _apply_metadata(hr)
+    terminating = bool(_metadata(hr).get("deletionTimestamp"))
+    if terminating and is_fenced(hr):
+        metadata["finalizers"] = [constants.FENCE]
+    return {
+        "apiVersion": constants.HR_API_VERSION,
+        "kind": constants.HR_KIND,
+        "metadata": metadata,
+    }
+
+
+def record_patch(hr: dict, revision: int) -> dict:
+    """JSON merge patch recording the revision about to be deleted, locked on resourceVersion."""
+    rv, _ = _read_evidence(hr)
+    return {
+        "metadata": {
+            "resourceVersion": rv,
+            "annotations": {constants.PROCESSED_ANNOTATION: str(revision)},
+        }
+    }
+
+
+def _evidence_tests(hr: dict) -> list[dict]:
+    """JSON patch ``test`` ops that fail unless the object is still the one we read."""
+    rv, uid = _read_evidence(hr)
+    return [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": rv},
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+    ]
+
+
+def unsuspend_json_patch(hr: dict) -> list[dict]:
+    """Guarded JSON patch lifting a suspension (release-fence; never an SSA apply there)."""
+    return [*_evidence_tests(hr), {"op": "replace", "path": "/spec/suspend", "value": False}]
+
+
+def remove_fence_json_patch(hr: dict) -> list[dict] | None:
+    """Guarded JSON patch removing every copy of the fence; None when there is none.
+
+    Indices go in descending order so each removal leaves the earlier indices valid, and each
+    is preceded by a ``test`` that the entry there is still our fence.
+    """
+    indices = fence_indices(hr)
+    if not indices:
+        return None
+    ops = _evidence_tests(hr)
+    for index in sorted(indices, reverse=True):
+        path = f"/metadata/finalizers/{index}"
+        ops.append({"op": "test", "path": path, "value": constants.FENCE})
+        ops.append({"op": "remove", "path": path})
+    return ops

@@ -1,0 +1,215 @@
+"""Build (once) and locate the real binaries the test tiers run.
+
+Every binary is compiled from its Go module through a tiny wrapper module under
+``hack/testbin/<name>/`` (committed ``go.mod``/``go.sum``), then cached outside the
+work tree keyed by (name, module version, Go version, GOOS/GOARCH).  A later call
+finds the cached binary and builds nothing.
+
+``KUBEBUILDER_ASSETS`` (a directory holding envtest's ``kube-apiserver`` and
+``etcd``) short-cuts the two control-plane builds.
+
+Run ``python -m testplane.binaries [NAME ...]`` to build and print the paths.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WRAPPERS = ROOT / "hack" / "testbin"
+
+
+class BuildError(RuntimeError):
+    """A binary could not be produced; the message names what is missing."""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str          # file name of the binary
+    wrapper: str       # directory under hack/testbin
+    module: str        # module whose version keys the cache
+    package: str       # package to build
+    ldflags: tuple[str, ...] = ()
+
+
+def _k8s_ldflags(version: str) -> tuple[str, ...]:
+    major, minor = version.lstrip("v").split(".")[:2]
+    flags = []
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [f"-X {pkg}.gitVersion={version}", f"-X {pkg}.gitMajor={major}",
+                  f"-X {pkg}.gitMinor={minor}"]
+    return tuple(flags)
+
+
+TARGETS = {
+    "kube-apiserver": Target("kube-apiserver", "kube-apiserver", "k8s.io/kubernetes",
+                             "k8s.io/kubernetes/cmd/kube-apiserver"),
+    "etcd": Target("etcd", "etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3"),
+    "helm-controller": Target("helm-controller", "helm-controller",
+                              "github.com/fluxcd/helm-controller", "github.com/fluxcd/helm-controller"),
+    "krew": Target("krew", "krew", "sigs.k8s.io/krew", "sigs.k8s.io/krew/cmd/krew"),
+    "validate-krew-manifest": Target("validate-krew-manifest", "krew", "sigs.k8s.io/krew",
+                                     "sigs.k8s.io/krew/cmd/validate-krew-manifest"),
+}
+
+# CRDs taken from module sources in the Go module cache: (module, version source, files).
+CRD_SOURCES = {
+    "github.com/fluxcd/helm-controller": ["helm.toolkit.fluxcd.io_helmreleases.yaml"],
+    "github.com/fluxcd/source-controller": [
+        "source.toolkit.fluxcd.io_helmcharts.yaml",
+        "source.toolkit.fluxcd.io_ocirepositories.yaml",
+        "source.toolkit.fluxcd.io_externalartifacts.yaml",
+    ],
+}
+
+
+def cache_root() -> Path:
+    env = os.environ.get("FLUX_PLUNGER_TESTBIN_CACHE")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kubectl-flux-plunger" / "testbin"
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if not go:
+        raise BuildError("Go is not installed (needed to build the real test binaries); "
+                         "install Go >= 1.26 or set KUBEBUILDER_ASSETS")
+    return go
+
+
+def _go_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("CGO_ENABLED", "0")
+    flags = env.get("GOFLAGS", "")
+    if "-modcacherw" not in flags:
+        env["GOFLAGS"] = (flags + " -modcacherw").strip()
+    return env
+
+
+def module_version(wrapper: str, module: str) -> str:
+    """The version the wrapper's go.mod requires for ``module``."""
+    text = (WRAPPERS / wrapper / "go.mod").read_text()
+    m = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", text, re.M)
+    if not m:
+        raise BuildError(f"hack/testbin/{wrapper}/go.mod does not require {module}")
+    return m.group(1)
+
+
+def _go_version() -> str:
+    out = subprocess.run([_go(), "env", "GOVERSION"], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def cache_dir_for(target: Target) -> Path:
+    version = module_version(target.wrapper, target.module)
+    arch = f"{platform.system().lower()}-{platform.machine().lower()}"
+    return cache_root() / f"{target.name}-{version}-{_go_version()}-{arch}"
+
+
+def _from_assets(name: str) -> Path | None:
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    if assets and name in ("kube-apiserver", "etcd"):
+        p = Path(assets) / name
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+        raise BuildError(f"KUBEBUILDER_ASSETS={assets} has no executable {name}")
+    return None
+
+
+def ensure(name: str, log=sys.stderr) -> Path:
+    """Path of binary ``name``, building it into the cache first when it is missing."""
+    found = _from_assets(name)
+    if found:
+        return found
+    target = TARGETS[name]
+    out_dir = cache_dir_for(target)
+    binary = out_dir / name
+    if binary.is_file():
+        return binary
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ldflags = ["-s", "-w"]
+    if target.module == "k8s.io/kubernetes":
+        ldflags += list(_k8s_ldflags(module_version(target.wrapper, target.module)))
+    tmp = out_dir / f".{name}.tmp{os.getpid()}"
+    cmd = [_go(), "build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(tmp), target.package]
+    print(f"building {name} ({target.module} {module_version(target.wrapper, target.module)}) "
+          f"into {out_dir} ...", file=log, flush=True)
+    started = time.monotonic()
+    proc = subprocess.run(cmd, cwd=WRAPPERS / target.wrapper, env=_go_env(),
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        raise BuildError(f"building {name} from {target.module} failed:\n{tail}")
+    tmp.rename(binary)
+    print(f"built {name} in {time.monotonic() - started:.0f}s", file=log, flush=True)
+    return binary
+
+
+def module_dir(module: str, wrapper: str) -> Path:
+    """Source directory of ``module`` (at the wrapper's pinned version) in the module cache."""
+    version = module_version(wrapper, module) if module != "github.com/fluxcd/source-controller" \
+        else source_controller_version()
+    proc = subprocess.run([_go(), "mod", "download", "-json", f"{module}@{version}"],
+                          cwd=WRAPPERS / wrapper, env=_go_env(), capture_output=True, text=True)
+    try:
+        info = json.loads(proc.stdout)
+    except ValueError:
+        info = {}
+    if proc.returncode != 0 or "Dir" not in info:
+        raise BuildError(f"cannot download Go module {module}@{version}: "
+                         f"{info.get('Error') or proc.stderr.strip()}")
+    return Path(info["Dir"])
+
+
+def source_controller_version() -> str:
+    """The source-controller release matching helm-controller's source API requirement."""
+    text = (WRAPPERS / "helm-controller" / "go.sum").read_text()
+    versions = re.findall(r"^github\.com/fluxcd/source-controller/api (v[\d.]+) ", text, re.M)
+    if not versions:
+        raise BuildError("hack/testbin/helm-controller/go.sum has no source-controller/api entry")
+    return versions[-1]
+
+
+def crd_dir() -> Path:
+    """A cached directory holding the Flux CRD YAMLs the tests install."""
+    hc = module_version("helm-controller", "github.com/fluxcd/helm-controller")
+    out = cache_root() / f"crds-{hc}-{source_controller_version()}"
+    wanted = [f for files in CRD_SOURCES.values() for f in files]
+    if all((out / f).is_file() for f in wanted):
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for module, files in CRD_SOURCES.items():
+        src = module_dir(module, "helm-controller") / "config" / "crd" / "bases"
+        for f in files:
+            if not (src / f).is_file():
+                raise BuildError(f"{module} has no CRD {f} under config/crd/bases")
+            shutil.copyfile(src / f, out / f)
+    return out
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(TARGETS)
+    try:
+        for name in names:
+            if name == "crds":
+                print(f"crds: {crd_dir()}")
+            else:
+                print(f"{name}: {ensure(name)}")
+    except BuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

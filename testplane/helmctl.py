@@ -1,0 +1,152 @@
+"""The real Flux helm-controller as a local process, fed by a chart served on loopback.
+
+No source-controller: the test publishes the chart through an ExternalArtifact whose
+``status.artifact`` points at a loopback HTTP server (helm-controller's
+``ExternalArtifact`` feature gate).  Charts hold only ConfigMaps (there is no kubelet).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import io
+import os
+import tarfile
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from . import binaries
+from .plane import Process, free_port, wait_for
+
+CHART_YAML = """apiVersion: v2
+name: {name}
+version: {version}
+description: flux-plunger test chart (ConfigMaps only)
+"""
+
+CONFIGMAP = """apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: {{{{ .Release.Name }}}}-cm
+data:
+  release: {{{{ .Release.Name | quote }}}}
+  value: {{{{ .Values.value | default "one" | quote }}}}
+"""
+
+
+def build_chart(directory: Path, name: str = "demo", version: str = "0.1.0") -> Path:
+    """Write ``<name>-<version>.tgz`` (one top-level dir, Chart.yaml + a ConfigMap)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    out = directory / f"{name}-{version}.tgz"
+    files = {f"{name}/Chart.yaml": CHART_YAML.format(name=name, version=version),
+             f"{name}/values.yaml": "value: one\n",
+             f"{name}/templates/configmap.yaml": CONFIGMAP}
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            info.mtime = 1700000000
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    out.write_bytes(buf.getvalue())
+    return out
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep test output clean
+        pass
+
+
+class ChartServer:
+    """A loopback HTTP server for chart tarballs."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        handler = functools.partial(_QuietHandler, directory=str(directory))
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def start(self) -> "ChartServer":
+        self.thread.start()
+        return self
+
+    def url(self, filename: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{filename}"
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def publish_chart(kube, namespace: str, name: str, chart: Path, server: ChartServer,
+                  revision: str = "0.1.0") -> None:
+    """Create ExternalArtifact ``namespace/name`` and write its status artifact."""
+    from kubectl_flux_plunger.kube import APPLY_PATCH, MERGE_PATCH
+    base = f"/apis/source.toolkit.fluxcd.io/v1/namespaces/{namespace}/externalartifacts"
+    kube.request("APPLY", "PATCH", f"{base}/{name}", content_type=APPLY_PATCH,
+                 query={"fieldManager": "testplane", "force": "true"},
+                 body={"apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "ExternalArtifact",
+                       "metadata": {"name": name, "namespace": namespace}, "spec": {}})
+    data = chart.read_bytes()
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    kube.request("PATCH", "PATCH", f"{base}/{name}/status", content_type=MERGE_PATCH,
+                 body={"status": {"artifact": {
+                     "path": chart.name, "url": server.url(chart.name), "revision": revision,
+                     "digest": "sha256:" + hashlib.sha256(data).hexdigest(),
+                     "lastUpdateTime": now, "size": len(data)}}})
+
+
+def helmrelease(namespace: str, name: str, artifact: str, **spec) -> dict:
+    """A HelmRelease body using ``chartRef`` to an ExternalArtifact."""
+    body = {"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"interval": "1m",
+                     "chartRef": {"kind": "ExternalArtifact", "name": artifact},
+                     "install": {"disableWait": True}, "upgrade": {"disableWait": True},
+                     "uninstall": {"disableWait": True}}}
+    body["spec"].update(spec)
+    return body
+
+
+class HelmController:
+    """helm-controller running out of cluster with ``KUBECONFIG`` in its environment."""
+
+    def __init__(self, kubeconfig: Path, workdir: Path, *, label_selector: str | None = None):
+        self.kubeconfig = kubeconfig
+        self.workdir = workdir
+        self.label_selector = label_selector
+        self.process: Process | None = None
+
+    def start(self) -> "HelmController":
+        binary = binaries.ensure("helm-controller")
+        env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
+        health = free_port()
+        argv = [str(binary), "--metrics-addr=0", f"--health-addr=127.0.0.1:{health}",
+                "--feature-gates=ExternalArtifact=true", "--http-retry=1",
+                "--requeue-dependency=2s", "--min-retry-delay=500ms", "--max-retry-delay=3s",
+                "--log-encoding=console", "--graceful-shutdown-timeout=5s",
+                "--concurrent=4"]
+        if self.label_selector:
+            argv.append(f"--watch-label-selector={self.label_selector}")
+        self.process = Process("helm-controller", argv, self.workdir / "helm-controller.log", env)
+        self.process.start()
+        import urllib.request
+
+        def healthy():
+            self.process.check()
+            with urllib.request.urlopen(f"http://127.0.0.1:{health}/readyz", timeout=2) as r:
+                return r.status == 200
+        wait_for(healthy, 90, "helm-controller /readyz", interval=0.25)
+        return self
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.stop()
+
+    @property
+    def version(self) -> str:
+        return binaries.module_version("helm-controller", "github.com/fluxcd/helm-controller")

@@ -1,0 +1,294 @@
+"""A real kube-apiserver + etcd on loopback, like controller-runtime's envtest.
+
+``ControlPlane.start()`` writes a PKI, starts etcd and kube-apiserver on random free
+ports, waits for ``/readyz`` and the ``default`` namespace, installs the Flux CRDs and
+writes an admin kubeconfig.  ``restart_apiserver()`` supports fault tests; ``stop()``
+ends both processes.  Logs are kept in the work directory and shown on failure.
+
+With ``FLUX_PLUNGER_TEST_KUBECONFIG`` set, ``existing()`` wraps that cluster instead
+(CRDs are installed if missing; nothing is started or stopped).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import yaml
+
+from . import binaries, certs
+
+
+class PlaneError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1):
+    """Poll ``predicate`` until it returns a truthy value or the deadline passes."""
+    deadline = time.monotonic() + timeout
+    last_exc = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - reported at the deadline
+            last_exc = exc
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}"
+                       + (f" (last error: {last_exc})" if last_exc else ""))
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+class Process:
+    def __init__(self, name: str, argv: list[str], log: Path, env: dict | None = None):
+        self.name, self.argv, self.log, self.env = name, argv, log, env
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        fh = open(self.log, "ab")
+        self.proc = subprocess.Popen(self.argv, stdout=fh, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=self.env,
+                                     start_new_session=True)
+        fh.close()
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 15) -> None:
+        if not self.alive():
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def check(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise PlaneError(f"{self.name} exited with {self.proc.returncode}; "
+                             f"last log lines:\n{_tail(self.log)}")
+
+
+class ControlPlane:
+    def __init__(self, workdir: Path | None = None):
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="flux-plunger-plane-"))
+        self.etcd: Process | None = None
+        self.apiserver: Process | None = None
+        self.kubeconfig = self.workdir / "admin.kubeconfig"
+        self.port = 0
+        self.files: dict[str, Path] = {}
+        self.owned = True
+        self.start_seconds = 0.0
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @classmethod
+    def existing(cls, kubeconfig: str) -> "ControlPlane":
+        plane = cls()
+        plane.owned = False
+        plane.kubeconfig = Path(kubeconfig)
+        plane.install_crds()
+        return plane
+
+    def start(self) -> "ControlPlane":
+        started = time.monotonic()
+        etcd_bin = binaries.ensure("etcd")
+        api_bin = binaries.ensure("kube-apiserver")
+        crds = binaries.crd_dir()
+        self.files = certs.write_pki(self.workdir / "pki")
+        self._start_etcd(etcd_bin)
+        self.port = free_port()
+        self._api_argv = self._apiserver_args(api_bin)
+        self._start_apiserver()
+        self._write_admin_kubeconfig()
+        self.install_crds(crds)
+        self.start_seconds = time.monotonic() - started
+        return self
+
+    def _start_etcd(self, etcd_bin: Path) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        data = self.workdir / "etcd-data"
+        data.mkdir(exist_ok=True)
+        self.etcd = Process("etcd", [
+            str(etcd_bin), f"--data-dir={data}", f"--listen-client-urls={self.etcd_url}",
+            f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=default=http://127.0.0.1:{peer}",
+            "--unsafe-no-fsync=true", "--log-level=warn",
+        ], self.workdir / "etcd.log")
+        self.etcd.start()
+
+        def healthy():
+            self.etcd.check()
+            with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as r:
+                return r.status == 200
+        wait_for(healthy, 60, "etcd /health")
+
+    def _apiserver_args(self, api_bin: Path) -> list[str]:
+        f = self.files
+        return [
+            str(api_bin), f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.port}", "--endpoint-reconciler-type=none",
+            f"--tls-cert-file={f['tls_cert']}", f"--tls-private-key-file={f['tls_key']}",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            f"--client-ca-file={f['client_ca']}",
+            f"--service-account-issuer=https://127.0.0.1:{self.port}/",
+            f"--service-account-key-file={f['sa_pub']}",
+            f"--service-account-signing-key-file={f['sa_key']}",
+            "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
+            "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
+            "--event-ttl=1h", "--v=1",
+        ]
+
+    def _start_apiserver(self) -> None:
+        self.apiserver = Process("kube-apiserver", self._api_argv, self.workdir / "kube-apiserver.log")
+        self.apiserver.start()
+        ctx = self.ssl_context()
+
+        def ready():
+            self.apiserver.check()
+            req = urllib.request.Request(f"https://127.0.0.1:{self.port}/readyz")
+            with urllib.request.urlopen(req, context=ctx, timeout=3) as r:
+                return r.status == 200
+        try:
+            wait_for(ready, 120, "kube-apiserver /readyz", interval=0.25)
+            wait_for(lambda: self._get("/api/v1/namespaces/default"), 30, "namespace default",
+                     interval=0.1)
+        except TimeoutError as exc:
+            raise PlaneError(f"{exc}; last apiserver log lines:\n{_tail(self.apiserver.log)}") from None
+
+    def ssl_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(self.files["serving_ca"]))
+        ctx.load_cert_chain(str(self.files["admin_cert"]), str(self.files["admin_key"]))
+        return ctx
+
+    def _get(self, path: str) -> dict:
+        req = urllib.request.Request(f"https://127.0.0.1:{self.port}{path}")
+        with urllib.request.urlopen(req, context=self.ssl_context(), timeout=5) as r:
+            return json.loads(r.read())
+
+    def stop_apiserver(self) -> None:
+        if self.apiserver:
+            self.apiserver.stop()
+
+    def restart_apiserver(self) -> None:
+        """Stop and start kube-apiserver on the same port, etcd and PKI (fault tests)."""
+        self.stop_apiserver()
+        self._start_apiserver()
+
+    def stop(self) -> None:
+        if not self.owned:
+            return
+        for p in (self.apiserver, self.etcd):
+            if p:
+                p.stop()
+
+    def logs(self) -> str:
+        out = []
+        for p in (self.etcd, self.apiserver):
+            if p:
+                out.append(f"--- {p.name} ({p.log}) ---\n{_tail(p.log)}")
+        return "\n".join(out)
+
+    # -- clients -----------------------------------------------------------------
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def _write_admin_kubeconfig(self) -> None:
+        f = self.files
+        self.write_kubeconfig(self.kubeconfig, "admin", {
+            "client-certificate": str(f["admin_cert"]), "client-key": str(f["admin_key"])})
+
+    def write_kubeconfig(self, path: Path, user: str, credentials: dict,
+                         namespace: str = "default") -> Path:
+        cfg = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {
+                "server": self.server, "certificate-authority": str(self.files["serving_ca"])}}],
+            "users": [{"name": user, "user": credentials}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": user,
+                                                       "namespace": namespace}}],
+        }
+        path.write_text(yaml.safe_dump(cfg))
+        return path
+
+    def kube(self, **kwargs):
+        from kubectl_flux_plunger.kube import Kube
+        return Kube.from_kubeconfig(str(self.kubeconfig), **kwargs)
+
+    # -- CRDs --------------------------------------------------------------------
+
+    def install_crds(self, crd_dir: Path | None = None) -> None:
+        from kubectl_flux_plunger.kube import APPLY_PATCH, KubeError
+        crd_dir = crd_dir or binaries.crd_dir()
+        kube = self.kube()
+        names = []
+        for path in sorted(crd_dir.glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if not doc:
+                    continue
+                name = doc["metadata"]["name"]
+                names.append(name)
+                kube.request("APPLY", "PATCH",
+                             f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}",
+                             body=doc, content_type=APPLY_PATCH,
+                             query={"fieldManager": "testplane", "force": "true"})
+
+        def established():
+            for name in names:
+                crd = kube.request("GET", "GET",
+                                   f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+                conds = {c["type"]: c["status"] for c in crd.get("status", {}).get("conditions", [])}
+                if conds.get("Established") != "True":
+                    return False
+            try:
+                kube.request("GET", "GET", "/apis/helm.toolkit.fluxcd.io/v2/helmreleases")
+            except KubeError:
+                return False
+            return True
+        wait_for(established, 60, "Flux CRDs Established")
+        kube.close()
+
+
+def main() -> int:
+    """``python -m testplane.plane``: start a control plane and keep it until Ctrl-C."""
+    plane = ControlPlane().start()
+    print(f"kube-apiserver ready at {plane.server} in {plane.start_seconds:.1f}s")
+    print(f"export KUBECONFIG={plane.kubeconfig}")
+    try:
+        signal.pause()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        plane.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,283 @@
+"""Detection, the staleness guard, timestamps and the status states."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from kubectl_flux_plunger import constants
+from kubectl_flux_plunger.detect import (
+    age_seconds,
+    already_processed,
+    attempted_since_generation,
+    dig,
+    fence_indices,
+    get_condition,
+    has_remote_kubeconfig,
+    held_seconds,
+    is_fenced,
+    is_stuck,
+    is_suspended,
+    is_terminating,
+    observed_lags,
+    processed_annotation_present,
+    processed_version,
+    state_of,
+    uninstall_reached,
+)
+
+from .builders import CLIENT_SIDE, NOW, OURS, STUCK_MESSAGE, hr, ready_condition, stuck_condition
+
+pytestmark = pytest.mark.unit
+
+FENCE = constants.FENCE
+HC = constants.HELM_CONTROLLER_FINALIZER
+PROCESSED = constants.PROCESSED_ANNOTATION
+
+
+def test_dig_walks_mappings_and_stops_on_anything_else() -> None:
+    obj = {"a": {"b": {"c": 1}}, "l": [1]}
+    assert dig(obj, "a", "b", "c") == 1
+    assert dig(obj, "a", "x", "c") is None
+    assert dig(obj, "l", "0") is None
+    assert dig(None, "a") is None
+
+
+def test_get_condition_returns_first_of_type() -> None:
+    release = hr(conditions=[{"type": "Released", "status": "True"}, stuck_condition()])
+    assert get_condition(release, "Ready")["message"] == STUCK_MESSAGE
+    assert get_condition(release, "Stalled") is None
+    assert get_condition(hr(status_extra={"conditions": "junk"}), "Ready") is None
+
+
+@pytest.mark.parametrize(
+    ("condition", "stuck"),
+    [
+        pytest.param(stuck_condition(), True, id="upgrade-failed"),
+        pytest.param(stuck_condition(reason="InstallFailed"), True, id="any-reason"),
+        pytest.param({"type": "Ready", "status": "False", "message": STUCK_MESSAGE}, True,
+                     id="no-reason"),
+        pytest.param({**stuck_condition(), "status": "True"}, False, id="ready-true"),
+        pytest.param({**stuck_condition(), "status": "Unknown"}, False, id="ready-unknown"),
+        pytest.param({**stuck_condition(), "type": "Released"}, False, id="released-only"),
+        pytest.param({**stuck_condition(), "message": "timed out waiting"}, False,
+                     id="other-message"),
+        pytest.param({**stuck_condition(), "message": "Has No Deployed Releases"}, False,
+                     id="case-sensitive"),
+        pytest.param({**stuck_condition(), "message": None}, False, id="message-not-string"),
+        pytest.param(ready_condition(), False, id="healthy"),
+    ],
+)
+def test_is_stuck(condition: dict, stuck: bool) -> None:
+    assert is_stuck(hr(conditions=[condition])) is stuck
+
+
+def test_is_stuck_looks_at_every_ready_entry() -> None:
+    assert is_stuck(hr(conditions=[ready_condition(), stuck_condition()])) is True
+    assert is_stuck(hr()) is False
+
+
+def test_terminating_suspended_and_fence_accessors() -> None:
+    release = hr(suspend=True, finalizers=[FENCE, HC, FENCE],
+                 deletion_timestamp="2026-11-29T19:30:00Z")
+    assert is_terminating(release) is True
+    assert is_suspended(release) is True
+    assert is_fenced(release) is True
+    assert fence_indices(release) == [0, 2]
+    plain = hr(suspend=False, finalizers=[HC])
+    assert (is_terminating(plain), is_suspended(plain), is_fenced(plain)) == (False, False, False)
+    assert fence_indices(plain) == []
+
+
+def test_only_literal_true_is_suspended() -> None:
+    assert is_suspended(hr(spec_extra={"suspend": "true"})) is False
+    assert is_suspended(hr()) is False
+
+
+@pytest.mark.parametrize(
+    ("annotations", "version", "present"),
+    [
+        pytest.param(None, None, False, id="no-annotations"),
+        pytest.param({"other": "1"}, None, False, id="absent"),
+        pytest.param({PROCESSED: "3"}, 3, True, id="decimal"),
+        pytest.param({PROCESSED: "10"}, 10, True, id="two-digits"),
+        pytest.param({PROCESSED: "x"}, None, True, id="garbage"),
+        pytest.param({PROCESSED: ""}, None, True, id="empty"),
+        pytest.param({PROCESSED: "-1"}, None, True, id="negative"),
+        pytest.param({PROCESSED: " 3"}, None, True, id="whitespace"),
+    ],
+)
+def test_processed_version(annotations: dict | None, version: int | None, present: bool) -> None:
+    release = hr(annotations=annotations)
+    assert processed_version(release) == version
+    assert processed_annotation_present(release) is present
+
+
+@pytest.mark.parametrize(
+    ("finalizers", "generation", "observed", "reached"),
+    [
+        pytest.param([FENCE], 3, 3, True, id="reached"),
+        pytest.param([FENCE, HC], 3, 3, False, id="hc-finalizer-present"),
+        pytest.param([FENCE], 3, 2, False, id="older-generation-observed"),
+        pytest.param([FENCE], 3, None, False, id="never-observed"),
+    ],
+)
+def test_uninstall_reached(finalizers: list[str], generation: int, observed: int | None,
+                           reached: bool) -> None:
+    release = hr(finalizers=finalizers, generation=generation, observed_generation=observed)
+    assert uninstall_reached(release) is reached
+
+
+def test_uninstall_not_reached_without_generation() -> None:
+    release = hr()
+    del release["metadata"]["generation"]
+    assert uninstall_reached(release) is False
+
+
+@pytest.mark.parametrize(
+    ("generation", "observed", "lags"),
+    [
+        pytest.param(4, 4, False, id="observed-current"),
+        pytest.param(4, 3, True, id="observed-older"),
+        pytest.param(4, None, True, id="never-observed"),
+    ],
+)
+def test_observed_lags(generation: int, observed: int | None, lags: bool) -> None:
+    assert observed_lags(hr(generation=generation, observed_generation=observed)) is lags
+
+
+@pytest.mark.parametrize(
+    ("last_attempted", "condition_generation", "attempted"),
+    [
+        pytest.param(5, None, True, id="attempted-no-condition-generation"),
+        pytest.param(5, 5, True, id="attempted-condition-agrees"),
+        pytest.param(5, 3, False, id="condition-from-older-generation"),
+        pytest.param(3, 5, False, id="attempted-older-generation"),
+        pytest.param(None, 5, False, id="never-attempted"),
+    ],
+)
+def test_attempted_since_generation(last_attempted: int | None, condition_generation: int | None,
+                                    attempted: bool) -> None:
+    release = hr(generation=5, last_attempted_generation=last_attempted,
+                 conditions=[stuck_condition(condition_generation)])
+    assert attempted_since_generation(release) is attempted
+
+
+def recovered(processed: str | None, *, last_attempted: int, condition_generation: int) -> dict:
+    """A stuck release at generation 5, as seen some time after a recovery."""
+    return hr(
+        generation=5,
+        annotations=None if processed is None else {PROCESSED: processed},
+        last_attempted_generation=last_attempted,
+        conditions=[stuck_condition(condition_generation)],
+    )
+
+
+@pytest.mark.parametrize(
+    ("processed", "revision", "last_attempted", "condition_generation", "expected"),
+    [
+        pytest.param(None, 2, 3, 3, False, id="never-processed"),
+        pytest.param("garbage", 2, 3, 3, False, id="unparsable-annotation"),
+        pytest.param("3", 2, 3, 3, True, id="just-recovered-not-retried"),
+        pytest.param("3", 2, 5, 3, True, id="condition-still-old"),
+        pytest.param("3", 2, 5, 5, False, id="retried-and-stuck-again"),
+        pytest.param("3", 3, 3, 3, False, id="recorded-but-not-deleted"),
+        pytest.param("7", 2, 3, 3, False, id="unrelated-older-record"),
+        pytest.param("1", 2, 3, 3, False, id="history-moved-on"),
+    ],
+)
+def test_already_processed(processed: str | None, revision: int, last_attempted: int,
+                           condition_generation: int, expected: bool) -> None:
+    release = recovered(processed, last_attempted=last_attempted,
+                        condition_generation=condition_generation)
+    done, why = already_processed(release, revision)
+    assert done is expected
+    assert (why != "") is expected
+
+
+def test_already_processed_reason_explains() -> None:
+    done, why = already_processed(recovered("3", last_attempted=3, condition_generation=3), 2)
+    assert done is True
+    assert why == ("revision 3 was deleted by an earlier recovery and helm-controller has not "
+                   "retried since (lastAttemptedGeneration 3, generation 5)")
+
+
+@pytest.mark.parametrize(
+    ("stamp", "seconds"),
+    [
+        pytest.param("2026-11-29T19:00:00Z", 3600.0, id="zulu"),
+        pytest.param("2026-11-29T19:59:59.5Z", 0.5, id="fractional"),
+        pytest.param("2026-11-29T20:00:00+01:00", 3600.0, id="offset"),
+        pytest.param("2026-11-29T19:00:00", 3600.0, id="naive-is-utc"),
+        pytest.param("2026-11-29T19:59:59.250000000Z", 0.75, id="nanoseconds"),
+        pytest.param("2026-11-29 19:00:00z", 3600.0, id="space-lower-z"),
+        pytest.param("2026-13-29T19:00:00Z", None, id="month-13"),
+        pytest.param("2026-11-29", None, id="date-only"),
+        pytest.param("yesterday", None, id="garbage"),
+        pytest.param("", None, id="empty"),
+        pytest.param(12, None, id="not-a-string"),
+    ],
+)
+def test_age_seconds(stamp: object, seconds: float | None) -> None:
+    release = hr()
+    release["metadata"]["creationTimestamp"] = stamp
+    assert age_seconds(release, NOW) == seconds
+
+
+def test_age_seconds_absent_and_naive_now() -> None:
+    release = hr()
+    assert age_seconds(release, datetime(2026, 11, 29, 19, 0, 30)) == 30.0
+    del release["metadata"]["creationTimestamp"]
+    assert age_seconds(release, NOW) is None
+
+
+def test_held_seconds() -> None:
+    assert held_seconds(hr(deletion_timestamp="2026-11-29T19:50:00Z"), NOW) == 600.0
+    assert held_seconds(hr(), NOW) is None
+
+
+def test_has_remote_kubeconfig() -> None:
+    remote = hr(spec_extra={"kubeConfig": {"secretRef": {"name": "remote"}}})
+    assert has_remote_kubeconfig(remote) is True
+    assert has_remote_kubeconfig(hr()) is False
+
+
+TERMINATING = "2026-11-29T19:30:00Z"
+REMOTE = {"kubeConfig": {"secretRef": {"name": "remote"}}}
+
+
+@pytest.mark.parametrize(
+    ("release", "state"),
+    [
+        pytest.param(hr(conditions=[stuck_condition()]), "stuck", id="stuck"),
+        pytest.param(hr(suspend=True, managed=[OURS], finalizers=[FENCE]), "recovering",
+                     id="recovering"),
+        pytest.param(hr(suspend=False, finalizers=[FENCE]), "fenced", id="fenced"),
+        pytest.param(hr(finalizers=[FENCE], deletion_timestamp=TERMINATING), "delete-held",
+                     id="delete-held"),
+        pytest.param(hr(suspend=True, managed=[OURS], finalizers=[FENCE],
+                        deletion_timestamp=TERMINATING), "delete-held",
+                     id="delete-held-while-ours"),
+        pytest.param(hr(suspend=True, managed=[("velero", "Update", True)]), "suspended-by-other",
+                     id="suspended-by-other"),
+        pytest.param(hr(suspend=True, managed=[CLIENT_SIDE]), "suspended-by-other",
+                     id="client-side-without-record"),
+        pytest.param(hr(suspend=True, managed=[CLIENT_SIDE], annotations={PROCESSED: "3"}),
+                     "legacy-suspension", id="legacy-client-side"),
+        pytest.param(hr(suspend=True, annotations={constants.LEGACY_SUSPENDED_ANNOTATION: "true"}),
+                     "legacy-suspension", id="legacy-annotation"),
+        pytest.param(hr(suspend=True, managed=[(constants.FIELD_MANAGER, "Update", True)],
+                        conditions=[stuck_condition()]), "suspended-by-other",
+                     id="our-update-is-not-ours"),
+        pytest.param(hr(conditions=[stuck_condition()], spec_extra=REMOTE), "remote-skipped",
+                     id="remote-skipped"),
+        pytest.param(hr(conditions=[ready_condition()], spec_extra=REMOTE), "healthy",
+                     id="remote-healthy"),
+        pytest.param(hr(conditions=[ready_condition()]), "healthy", id="healthy"),
+        pytest.param(hr(finalizers=[HC], deletion_timestamp=TERMINATING), "healthy",
+                     id="terminating-unfenced"),
+    ],
+)
+def test_state_of(release: dict, state: str) -> None:
+    assert state_of(release, NOW) == state
