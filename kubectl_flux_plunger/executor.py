@@ -282,13 +282,19 @@ class Executor:
         # From here on every exit relinquishes exactly once.
         current = held
         try:
-            current = self._record(current, rev.number)
-            out.steps.append(f"recorded revision {rev.number}")
-            current = self._await_handshake(current)
+            current, recorded = self._record(current, rev.number)
+            if recorded:
+                out.steps.append(f"recorded revision {rev.number}")
+                current = self._await_handshake(current)
             if current is None or detect.is_terminating(current):
                 out.result = "deferred"
                 out.detail = ("the release began terminating during recovery; storage left "
                               "intact and the suspension lifted so helm-controller uninstalls it")
+                return
+            if not recorded:
+                out.result = "deferred"
+                out.detail = ("the release changed under us during recovery (another writer "
+                              "took spec.suspend or changed its spec); storage left intact")
                 return
             if detect.observed_lags(current):
                 out.result = "deferred"
@@ -319,8 +325,13 @@ class Executor:
         if current is None:
             return
         try:
-            self.relinquish(current)
-            out.steps.append("lifted the suspension")
+            if ownership.owns_suspend(current):
+                self.relinquish(current)
+                out.steps.append("lifted the suspension")
+            elif detect.is_fenced(current) and not detect.is_terminating(current):
+                # someone else took spec.suspend meanwhile: our fence must not outlive us
+                self.remove_fence(current)
+                out.steps.append("removed the fence")
         except KubeError as exc:
             if not exc.conflict:
                 self._event(current, plan.UNSUSPEND_FAILED)
@@ -329,23 +340,23 @@ class Executor:
                 out.result = "failed"
                 out.detail = f"{out.detail}; but could not lift our suspension: {exc}"
 
-    def _record(self, hr: dict, revision: int) -> dict:
-        """Write the processed-version annotation (rv-locked); on 409 re-read and retry
-        while the release is still ours, live and unchanged in spec."""
+    def _record(self, hr: dict, revision: int) -> tuple[dict | None, bool]:
+        """Write the processed-version annotation (rv-locked).  On 409 re-read: while the
+        release is still ours, live and unchanged in spec, retry with the fresh evidence;
+        otherwise return (last read, False) so the caller stops before the delete."""
         current = hr
         for _ in range(CONFLICT_RETRIES):
             md = current["metadata"]
             try:
                 return self.kube.merge_patch_hr(md["namespace"], md["name"],
-                                                writes.record_patch(current, revision))
+                                                writes.record_patch(current, revision)), True
             except KubeError as exc:
                 if not exc.conflict:
                     raise
             fresh = self._fresh(current)
             if (fresh is None or detect.is_terminating(fresh) or not ownership.owns_suspend(fresh)
                     or fresh["metadata"].get("generation") != md.get("generation")):
-                raise KubeError(409, "Conflict", "the release changed during recovery; "
-                                "re-deciding on the next pass")
+                return fresh, False
             current = fresh
         raise KubeError(409, "Conflict", "the release kept changing during recovery")
 

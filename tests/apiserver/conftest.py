@@ -1,0 +1,64 @@
+"""Fixtures for driving the executor against the real apiserver."""
+from __future__ import annotations
+
+import pytest
+
+from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger import writes
+from kubectl_flux_plunger.events import Recorder
+from kubectl_flux_plunger.executor import Executor, Options
+from testplane.cluster import SimulatedHelmController
+
+
+@pytest.fixture
+def make_executor(plane):
+    """``make_executor(**options)``: an Executor on its own counted client."""
+    made = []
+
+    def _make(*, clock=None, should_stop=None, **opts):
+        k = plane.kube()
+        made.append(k)
+        opts.setdefault("handshake_timeout", 10)
+        opts.setdefault("handshake_poll", 0.05)
+        kw = {}
+        if clock:
+            kw["clock"] = clock
+        if should_stop:
+            kw["should_stop"] = should_stop
+        return Executor(k, Recorder(k), options=Options(**opts), **kw)
+    yield _make
+    for k in made:
+        k.close()
+
+
+@pytest.fixture
+def executor(make_executor):
+    return make_executor()
+
+
+@pytest.fixture
+def hc(cluster, ns):
+    """A simulated helm-controller acknowledging suspensions and handling deletes in ``ns``."""
+    with SimulatedHelmController(cluster, ns) as sim:
+        yield sim
+
+
+def hold(cluster, ns, name="demo", *, fence=True, suspend=True):
+    """Make flux-plunger hold ``ns/name`` as a crashed recovery would: an SSA apply by
+    manager flux-plunger of spec.suspend (and the fence)."""
+    hr = cluster.get(ns, name)
+    body = writes.acquire_body(hr)
+    if not fence:
+        body["metadata"].pop("finalizers")
+    if not suspend:
+        body.pop("spec")
+    return cluster.apply(body, manager=C.FIELD_MANAGER)
+
+
+def stuck_release(cluster, ns, name="demo", revisions=((1, "superseded"), (2, "uninstalling")),
+                  release=None, storage_ns=None, **create):
+    """A stuck HelmRelease with Helm storage as an interrupted uninstall leaves it: the
+    newest revision ``uninstalling`` and none ``deployed``."""
+    cluster.create_hr(ns, name, **create)
+    cluster.storage(storage_ns or ns, release or name, list(revisions))
+    return cluster.make_stuck(ns, name, release=release)

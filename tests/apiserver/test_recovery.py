@@ -1,0 +1,284 @@
+"""The recovery sequence against the real apiserver: ownership dynamics, writes landing
+between a read and its write, deletes during recovery (helm-controller's delete handling
+simulated step by step, both orders), storage guards, naming variants, request cost."""
+from __future__ import annotations
+
+import pytest
+
+from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger import storage
+from kubectl_flux_plunger.kube import JSON, KubeError
+from kubectl_flux_plunger.ownership import owns_suspend
+from testplane.cluster import SimulatedHelmController
+
+from .conftest import hold, stuck_release
+
+
+def inject(executor, when, action):
+    """Run ``action()`` once, right before the first request matching ``when(verb, path)``."""
+    fired = []
+
+    def hook(verb, path):
+        if not fired and when(verb, path):
+            fired.append((verb, path))
+            action()
+    executor.kube.before_request = hook
+    return fired
+
+
+# -- ownership dynamics ----------------------------------------------------------------
+
+def test_forced_acquire_over_a_stale_update_owner_at_false(executor, cluster, ns, hc):
+    stuck_release(cluster, ns)
+    cluster.suspend(ns, "demo", True, manager="velero")
+    cluster.suspend(ns, "demo", False, manager="velero")   # restore left an Update owner at false
+    cluster.make_stuck(ns, "demo")
+    out = executor.reconcile(ns, "demo")
+    assert out.result == "recovered", out
+    assert executor.kube.stats.snapshot()["APPLY"] == 3    # unforced 409, forced, relinquish
+
+
+def test_an_active_foreign_suspension_is_never_taken(executor, cluster, ns, hc):
+    stuck_release(cluster, ns)
+    fired = inject(executor, lambda v, p: v == "APPLY",
+                   lambda: cluster.suspend(ns, "demo", True, manager="operator"))
+    out = executor.reconcile(ns, "demo")
+    assert fired and out.result == "deferred", out
+    hr = cluster.get(ns, "demo")
+    assert hr["spec"]["suspend"] is True and not owns_suspend(hr)
+    assert C.FENCE not in hr["metadata"]["finalizers"]
+    assert len(cluster.secret_names(ns, "demo")) == 2
+    assert {e["reason"] for e in cluster.events(ns, "demo")} == {"RecoveryDeferred"}
+
+
+def test_a_client_side_apply_suspension_is_never_claimed(executor, cluster, ns, hc):
+    stuck_release(cluster, ns)
+    cluster.suspend(ns, "demo", True, manager=C.CLIENT_SIDE_MANAGER)
+    out = executor.reconcile(ns, "demo")
+    assert out.row == "live-suspended-foreign" and out.result == "unchanged"
+    assert cluster.get(ns, "demo")["spec"]["suspend"] is True
+    assert len(cluster.secret_names(ns, "demo")) == 2
+
+
+def test_other_fields_survive_acquire_and_relinquish(executor, cluster, ns, hc):
+    stuck_release(cluster, ns, spec={"interval": "7m", "timeout": "3m",
+                                     "values": {"a": 1}})
+    out = executor.reconcile(ns, "demo")
+    assert out.result == "recovered"
+    spec = cluster.get(ns, "demo")["spec"]
+    assert (spec["interval"], spec["timeout"], spec["values"]) == ("7m", "3m", {"a": 1})
+    assert "suspend" not in spec
+
+
+# -- a write between read and write is rejected and re-decided -----------------------------
+
+def test_a_label_write_before_the_record_is_re_decided_and_recovery_completes(executor, cluster,
+                                                                                ns, hc):
+    stuck_release(cluster, ns)
+    fired = inject(executor, lambda v, p: v == "PATCH",
+                   lambda: cluster.merge(ns, "demo", {"metadata": {"labels": {"x": "y"}}}))
+    out = executor.reconcile(ns, "demo")
+    assert fired and out.result == "recovered", out
+    assert cluster.secret_names(ns, "demo") == ["sh.helm.release.v1.demo.v1"]
+
+
+def test_a_foreign_resume_during_recovery_stops_it_before_the_delete(executor, cluster, ns, hc):
+    stuck_release(cluster, ns)
+    fired = inject(executor, lambda v, p: v == "PATCH",
+                   lambda: cluster.suspend(ns, "demo", False, manager="operator"))
+    out = executor.reconcile(ns, "demo")
+    assert fired and out.result == "deferred" and "changed under us" in out.detail, out
+    assert len(cluster.secret_names(ns, "demo")) == 2            # nothing deleted
+    hr = cluster.get(ns, "demo")
+    assert hr["spec"]["suspend"] is False
+    assert C.FENCE not in hr["metadata"]["finalizers"]      # our fence did not outlive us
+
+
+def test_a_recreated_secret_of_the_same_name_is_not_deleted(executor, cluster, ns, hc):
+    stuck_release(cluster, ns)
+    name = "sh.helm.release.v1.demo.v2"
+
+    def recreate():
+        cluster.kube.request("DELETE", "DELETE", f"/api/v1/namespaces/{ns}/secrets/{name}")
+        cluster.storage(ns, "demo", [(2, "uninstalling")])
+    fired = inject(executor, lambda v, p: v == "DELETE", recreate)
+    out = executor.reconcile(ns, "demo")
+    assert fired and out.result == "deferred", out
+    assert name in cluster.secret_names(ns, "demo")
+    assert cluster.get(ns, "demo")["spec"].get("suspend") is None
+
+
+def test_no_apply_recreates_a_deleted_release(executor, cluster, ns):
+    cluster.create_hr(ns, finalizers=[])
+    held = hold(cluster, ns, fence=False)
+    cluster.merge(ns, "demo", {"metadata": {"finalizers": None}})
+    cluster.delete_hr(ns, "demo")
+    assert cluster.get(ns, "demo") is None
+    assert executor.relinquish(held) is None
+    with pytest.raises(KubeError):
+        executor.kube.apply_hr({**held, "metadata": {
+            k: held["metadata"][k] for k in ("name", "namespace", "uid")}})
+    assert cluster.get(ns, "demo") is None
+
+
+# -- delete during recovery: helm-controller's delete handling simulated, both orders -----
+
+def _delete_at_record(executor, cluster, ns):
+    return inject(executor, lambda v, p: v == "PATCH", lambda: cluster.delete_hr(ns, "demo"))
+
+
+def test_delete_during_recovery_helm_controller_first_still_uninstalls(make_executor, cluster, ns):
+    """helm-controller sees the delete while we hold the suspension: it drops its finalizer
+    without uninstalling. Our fence keeps the object; once we lift the suspension it
+    reconciles the unsuspended generation, uninstalls, and only then the fence goes."""
+    stuck_release(cluster, ns)
+    sim = SimulatedHelmController(cluster, ns)
+    ex = make_executor(handshake_timeout=0.5)
+
+    def delete_then_helm_controller():
+        cluster.delete_hr(ns, "demo")
+        sim.step()                        # suspended: finalizer dropped, no uninstall
+    fired = inject(ex, lambda v, p: v == "PATCH", delete_then_helm_controller)
+    out = ex.reconcile(ns, "demo")
+    assert fired and out.result == "deferred" and "terminating" in out.detail, out
+    assert sim.dropped_without_uninstall == ["demo"]
+    hr = cluster.get(ns, "demo")
+    assert hr is not None and hr["metadata"]["finalizers"] == [C.FENCE]
+    assert hr["spec"].get("suspend") is None
+    assert len(cluster.secret_names(ns, "demo")) == 2     # storage intact for the uninstall
+    assert ex.reconcile(ns, "demo").result == "waiting"    # not reached yet
+    sim.step()                                             # unsuspended + terminating → uninstall
+    assert sim.uninstalled == ["demo"]
+    assert ex.reconcile(ns, "demo").result == "fence-removed"
+    assert cluster.get(ns, "demo") is None
+    assert cluster.secret_names(ns, "demo") == []
+
+
+def test_delete_during_recovery_we_first_then_helm_controller_uninstalls(make_executor, cluster,
+                                                                          ns):
+    stuck_release(cluster, ns)
+    sim = SimulatedHelmController(cluster, ns)
+    ex = make_executor(handshake_timeout=0.5)
+    fired = _delete_at_record(ex, cluster, ns)
+    out = ex.reconcile(ns, "demo")
+    assert fired and out.result == "deferred", out
+    hr = cluster.get(ns, "demo")
+    assert sorted(hr["metadata"]["finalizers"]) == sorted([C.HELM_CONTROLLER_FINALIZER, C.FENCE])
+    assert hr["spec"].get("suspend") is None
+    sim.step()                                             # unsuspended: uninstall + finalizer
+    assert sim.uninstalled == ["demo"] and sim.dropped_without_uninstall == []
+    assert ex.reconcile(ns, "demo").result == "fence-removed"
+    assert cluster.get(ns, "demo") is None
+
+
+# -- storage guards and payload checks ------------------------------------------------------
+
+@pytest.mark.parametrize("revisions,why", [
+    ([(1, "superseded"), (2, "failed")], "failed"),
+    ([(1, "deployed"), (2, "uninstalling")], "deployed"),
+    ([(1, "pending-upgrade")], "pending"),
+    ([], "no Helm storage"),
+])
+def test_storage_that_does_not_cause_the_error_is_left(executor, cluster, ns, revisions, why, hc):
+    stuck_release(cluster, ns, revisions=revisions)
+    out = executor.reconcile(ns, "demo")
+    assert out.result == "skipped" and why in out.detail, out
+    assert len(cluster.secret_names(ns, "demo")) == len(revisions)
+    assert cluster.get(ns, "demo")["spec"].get("suspend") is None
+
+
+def test_a_corrupt_payload_is_reported_not_deleted(executor, cluster, ns, hc):
+    stuck_release(cluster, ns, revisions=[(1, "superseded")])
+    bad = storage.make_storage_secret("demo", ns, 2, "uninstalling")
+    bad["data"]["release"] = "bm90IGd6aXAgbm9yIGpzb24="   # base64("not gzip nor json")
+    cluster.kube.request("CREATE", "POST", f"/api/v1/namespaces/{ns}/secrets", body=bad,
+                         content_type=JSON)
+    out = executor.reconcile(ns, "demo")
+    assert out.result == "skipped" and "decoded" in out.detail, out
+    assert len(cluster.secret_names(ns, "demo")) == 2
+
+
+def test_odd_secret_names_never_crash_and_are_never_chosen(executor, cluster, ns, hc):
+    stuck_release(cluster, ns)
+    odd = storage.make_storage_secret("demo", ns, 3, "uninstalling")
+    odd["metadata"]["name"] = "sh.helm.release.v1.demo.vx"
+    odd["metadata"]["labels"]["version"] = "x"
+    cluster.kube.request("CREATE", "POST", f"/api/v1/namespaces/{ns}/secrets", body=odd,
+                         content_type=JSON)
+    bare = storage.make_storage_secret("demo", ns, 4, "uninstalling")
+    bare["metadata"]["name"] = "sh.helm.release.v1.demo"
+    del bare["metadata"]["labels"]["version"]
+    cluster.kube.request("CREATE", "POST", f"/api/v1/namespaces/{ns}/secrets", body=bare,
+                         content_type=JSON)
+    out = executor.reconcile(ns, "demo")
+    assert out.result == "recovered" and out.revision == 2, out
+    assert sorted(cluster.secret_names(ns, "demo")) == ["sh.helm.release.v1.demo",
+                                                        "sh.helm.release.v1.demo.v1",
+                                                        "sh.helm.release.v1.demo.vx"]
+
+
+def test_already_processed_guard_stops_a_second_deletion_until_helm_controller_retried(
+        executor, cluster, ns, hc):
+    stuck_release(cluster, ns, revisions=[(1, "uninstalling"), (2, "uninstalling")])
+    assert executor.reconcile(ns, "demo").result == "recovered"
+    # the old condition is still there; helm-controller has not retried the new generation
+    again = executor.reconcile(ns, "demo")
+    assert again.result == "skipped" and "not retried" in again.detail, again
+    assert cluster.secret_names(ns, "demo") == ["sh.helm.release.v1.demo.v1"]
+    # helm-controller retries the bumped generation and is still stuck on v1: delete it too
+    hr = cluster.get(ns, "demo")
+    cluster.make_stuck(ns, "demo")
+    assert cluster.get(ns, "demo")["status"]["lastAttemptedGeneration"] == hr["metadata"]["generation"]
+    third = executor.reconcile(ns, "demo")
+    assert third.result == "recovered" and third.revision == 1, third
+    assert cluster.secret_names(ns, "demo") == []
+
+
+def test_helm_controller_not_acknowledging_the_suspension_defers(make_executor, cluster, ns):
+    stuck_release(cluster, ns)          # no (simulated) helm-controller running
+    out = make_executor(handshake_timeout=0.3).reconcile(ns, "demo")
+    assert out.result == "deferred" and "acknowledge" in out.detail, out
+    assert len(cluster.secret_names(ns, "demo")) == 2
+    hr = cluster.get(ns, "demo")
+    assert hr["spec"].get("suspend") is None and C.FENCE not in hr["metadata"]["finalizers"]
+
+
+# -- release name and storage namespace variants ----------------------------------------------
+
+@pytest.mark.parametrize("spec,release,storage_in", [
+    ({"releaseName": "custom"}, "custom", None),
+    ({"targetNamespace": "apps"}, "apps-demo", None),
+    ({"storageNamespace": "helm-store"}, "demo", "helm-store"),
+    ({"targetNamespace": "t" * 50}, storage.shorten_name("t" * 50 + "-demo"), None),
+])
+def test_release_name_and_storage_namespace_variants(executor, cluster, ns, hc, spec, release,
+                                                     storage_in):
+    store = None
+    if storage_in:
+        store = cluster.namespace(storage_in)
+        spec = {**spec, "storageNamespace": store}
+    stuck_release(cluster, ns, release=release, storage_ns=store, spec=spec)
+    out = executor.reconcile(ns, "demo")
+    assert out.result == "recovered", out
+    assert cluster.secret_names(store or ns, release) == [f"sh.helm.release.v1.{release}.v1"]
+
+
+def test_a_remote_kubeconfig_release_is_skipped(executor, cluster, ns, hc):
+    stuck_release(cluster, ns, spec={"kubeConfig": {"secretRef": {"name": "remote"}}})
+    out = executor.reconcile(ns, "demo")
+    assert out.result == "skipped" and out.row == "remote-kubeconfig"
+    assert len(cluster.secret_names(ns, "demo")) == 2
+
+
+# -- cost -----------------------------------------------------------------------------------
+
+def test_a_recovery_costs_at_most_seven_requests(executor, cluster, ns, hc):
+    stuck_release(cluster, ns)
+    hc.interval = 0.01
+    out = executor.reconcile(ns, "demo")
+    assert out.result == "recovered"
+    counts = executor.kube.stats.snapshot()
+    # GET, LIST secrets, APPLY acquire, PATCH record, GET re-read (+ handshake polls), DELETE,
+    # APPLY relinquish
+    polls = counts.get("GET", 0) - 2
+    assert executor.kube.stats.total() - polls <= 7, counts
