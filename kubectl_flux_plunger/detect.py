@@ -68,17 +68,22 @@ def get_condition(hr: dict, type: str) -> dict | None:  # noqa: A002 - Kubernete
 
 
 def is_stuck(hr: dict) -> bool:
-    """True iff some Ready condition is False with Helm's "has no deployed releases" message.
+    """True iff the Ready condition is False with Helm's "has no deployed releases" message —
+    or Ready is Unknown (helm-controller mid-retry: it marks Ready Unknown/Progressing while
+    it runs the upgrade again) and the Released condition still carries that failure.
 
     The reason (usually ``UpgradeFailed``) is deliberately not examined.
     """
-    return any(
-        c.get("type") == "Ready"
-        and c.get("status") == "False"
-        and isinstance(c.get("message"), str)
-        and constants.STUCK_MESSAGE in c["message"]
-        for c in _conditions(hr)
-    )
+    def failing(c: dict) -> bool:
+        return (c.get("status") == "False" and isinstance(c.get("message"), str)
+                and constants.STUCK_MESSAGE in c["message"])
+
+    conditions = _conditions(hr)
+    ready = [c for c in conditions if c.get("type") == "Ready"]
+    if any(failing(c) for c in ready):
+        return True
+    return (any(c.get("status") == "Unknown" for c in ready)
+            and any(c.get("type") == "Released" and failing(c) for c in conditions))
 
 
 def is_terminating(hr: dict) -> bool:

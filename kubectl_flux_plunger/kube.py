@@ -247,6 +247,20 @@ class Kube:
             if not cont:
                 return items, rv
 
+    def iter_hr_pages(self, namespace: str | None = None, label_selector: str | None = None,
+                      limit: int = 500) -> Iterator[tuple[list[dict], str]]:
+        """The pages of a fresh LIST, one at a time (``serve`` never holds every release in
+        memory at once). Yields (items of one page, list resourceVersion)."""
+        cont = None
+        while True:
+            out = self.request("LIST", "GET", hr_path(namespace), query={
+                "labelSelector": label_selector, "limit": limit, "continue": cont})
+            md = out.get("metadata") or {}
+            yield out.get("items") or [], md.get("resourceVersion", "")
+            cont = md.get("continue")
+            if not cont:
+                return
+
     def watch_hrs(self, namespace: str | None, label_selector: str | None,
                   resource_version: str, timeout_seconds: int = 300) -> Iterator[dict]:
         """Stream watch events (dicts with ``type`` and ``object``) with bookmarks.

@@ -58,6 +58,7 @@ TARGETS = {
     "krew": Target("krew", "krew", "sigs.k8s.io/krew", "sigs.k8s.io/krew/cmd/krew"),
     "validate-krew-manifest": Target("validate-krew-manifest", "krew", "sigs.k8s.io/krew",
                                      "sigs.k8s.io/krew/cmd/validate-krew-manifest"),
+    "helm": Target("helm", "helm", "helm.sh/helm/v4", "helm.sh/helm/v4/cmd/helm"),
 }
 
 # CRDs taken from module sources in the Go module cache: (module, version source, files).

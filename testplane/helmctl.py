@@ -28,10 +28,10 @@ description: flux-plunger test chart (ConfigMaps only)
 CONFIGMAP = """apiVersion: v1
 kind: ConfigMap
 metadata:
-  name: {{{{ .Release.Name }}}}-cm
+  name: {{ .Release.Name }}-cm
 data:
-  release: {{{{ .Release.Name | quote }}}}
-  value: {{{{ .Values.value | default "one" | quote }}}}
+  release: {{ .Release.Name | quote }}
+  value: {{ .Values.value | default "one" | quote }}
 """
 
 
@@ -150,3 +150,39 @@ class HelmController:
     @property
     def version(self) -> str:
         return binaries.module_version("helm-controller", "github.com/fluxcd/helm-controller")
+
+
+def break_release(kube, namespace: str, release: str, status: str = "uninstalling") -> str:
+    """Rewrite the newest storage revision to ``status`` (payload and label), as an
+    interrupted ``helm uninstall`` leaves it; returns the Secret's name."""
+    from kubectl_flux_plunger import storage
+    from kubectl_flux_plunger.kube import JSON
+
+    secrets = kube.list_secrets(namespace, storage.label_selector(release))
+    newest = max(secrets, key=lambda s: int(s["metadata"]["labels"]["version"]))
+    payload = storage.decode_payload(newest)
+    payload["info"]["status"] = status
+    payload["info"]["description"] = "Deletion in progress (or silently failed)"
+    newest["data"]["release"] = storage.encode_payload(payload)
+    newest["metadata"]["labels"]["status"] = status
+    name = newest["metadata"]["name"]
+    kube.request("UPDATE", "PUT", f"/api/v1/namespaces/{namespace}/secrets/{name}",
+                 body=newest, content_type=JSON)
+    return name
+
+
+def request_reconcile(kube, namespace: str, name: str) -> None:
+    """What ``flux reconcile hr`` does: bump the requestedAt annotation."""
+    from kubectl_flux_plunger.kube import MERGE_PATCH, hr_path
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    kube.request("PATCH", "PATCH", hr_path(namespace, name), content_type=MERGE_PATCH,
+                 body={"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": stamp}}},
+                 query={"fieldManager": "flux-client-side-apply"})
+
+
+def ready(hr: dict | None) -> tuple[str, str, str] | None:
+    """(status, reason, message) of the Ready condition."""
+    for c in (hr or {}).get("status", {}).get("conditions", []):
+        if c.get("type") == "Ready":
+            return c.get("status"), c.get("reason", ""), c.get("message", "")
+    return None

@@ -73,6 +73,25 @@ def test_is_stuck(condition: dict, stuck: bool) -> None:
     assert is_stuck(hr(conditions=[condition])) is stuck
 
 
+@pytest.mark.parametrize(
+    ("ready_status", "released", "stuck"),
+    [
+        pytest.param("Unknown", {**stuck_condition(), "type": "Released"}, True,
+                     id="mid-retry-released-still-failed"),
+        pytest.param("Unknown", {"type": "Released", "status": "True", "message": "ok"}, False,
+                     id="mid-retry-released-ok"),
+        pytest.param("True", {**stuck_condition(), "type": "Released"}, False,
+                     id="ready-true-wins"),
+    ],
+)
+def test_is_stuck_while_helm_controller_retries(ready_status, released, stuck) -> None:
+    """helm-controller marks Ready Unknown (Progressing) while it runs the upgrade again;
+    the Released condition keeps the failure, so a one-shot run at that instant still sees it."""
+    ready = {"type": "Ready", "status": ready_status, "reason": "Progressing",
+             "message": "Running 'upgrade' action with timeout of 5m0s"}
+    assert is_stuck(hr(conditions=[ready, released])) is stuck
+
+
 def test_is_stuck_looks_at_every_ready_entry() -> None:
     assert is_stuck(hr(conditions=[ready_condition(), stuck_condition()])) is True
     assert is_stuck(hr()) is False

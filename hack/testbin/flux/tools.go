@@ -1,5 +1,0 @@
-//go:build tools
-
-package tools
-
-import _ "github.com/fluxcd/flux2/v2/cmd/flux"

@@ -1,0 +1,189 @@
+"""``serve``: flags, start-up checks and hand-off to :mod:`kubectl_flux_plunger.serve.run`."""
+from __future__ import annotations
+
+import os
+
+import click
+
+from . import DURATION, Exit, cli, connection_options, fail
+
+DRAIN_MARGIN = 5.0   # seconds kept between the end of the drain and the kubelet's SIGKILL
+
+
+def _lease_namespace(kubeconfig: str | None, kube_context: str | None) -> str | None:
+    """The in-cluster namespace, else the kubeconfig context's namespace, else None."""
+    from ..kube import IN_CLUSTER_NAMESPACE
+
+    if os.path.exists(IN_CLUSTER_NAMESPACE):
+        try:
+            with open(IN_CLUSTER_NAMESPACE) as fh:
+                ns = fh.read().strip()
+            if ns:
+                return ns
+        except OSError:
+            pass
+    try:
+        from kubernetes import config  # lazy
+
+        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+        chosen = active
+        if kube_context:
+            chosen = next((c for c in contexts if c.get("name") == kube_context), None)
+        return (((chosen or {}).get("context") or {}).get("namespace")) or None
+    except Exception:  # noqa: BLE001 - no usable kubeconfig: no namespace from it
+        return None
+
+
+def check_timings(*, drain: float, stop: float, lease: float, renew: float, retry: float,
+                  grace: float | None, resync: float, recheck: float, warn_after: float,
+                  handshake: float, leader_elect: bool) -> str | None:
+    """The first reason these timings cannot work, or None."""
+    positive = [("--shutdown-drain-timeout", drain), ("--shutdown-stop-timeout", stop),
+                ("--lease-duration", lease), ("--renew-deadline", renew),
+                ("--retry-period", retry), ("--resync-period", resync),
+                ("--fence-recheck-interval", recheck), ("--fence-held-warn-after", warn_after),
+                ("--handshake-timeout", handshake)]
+    if grace is not None:
+        positive.append(("--termination-grace-period", grace))
+    for flag, value in positive:
+        if value is None or value <= 0:
+            return f"{flag} must be positive (got {value:g}s)" if value is not None else \
+                f"{flag} must be positive"
+    if leader_elect:
+        if renew >= lease:
+            return (f"--renew-deadline ({renew:g}s) must be shorter than --lease-duration "
+                    f"({lease:g}s): a leader must give up acting before its Lease can expire")
+        if retry * 1.2 > renew:
+            return (f"--retry-period ({retry:g}s) times 1.2 (jitter) must not exceed "
+                    f"--renew-deadline ({renew:g}s): there would be no second renewal attempt")
+    if grace is not None and stop + drain + DRAIN_MARGIN > grace:
+        return (f"--shutdown-stop-timeout ({stop:g}s) + --shutdown-drain-timeout ({drain:g}s) "
+                f"+ {DRAIN_MARGIN:g}s margin exceeds --termination-grace-period ({grace:g}s): "
+                f"the kubelet would kill the drain; lower the drain timeout to at most "
+                f"{max(0.0, grace - stop - DRAIN_MARGIN):g}s or raise the grace period")
+    return None
+
+
+@cli.command(context_settings={"show_default": True})
+@connection_options
+@click.option("-n", "--namespace", metavar="NS",
+              help="Watch HelmReleases in this namespace only.  [default: all namespaces]")
+@click.option("-l", "--selector", metavar="SELECTOR",
+              help="Label selector of the HelmReleases to watch (e.g. for sharding: "
+                   "sharding.fluxcd.io/key=shard1).")
+@click.option("--workers", type=click.IntRange(1, 64), default=2,
+              help="Releases processed at once (each release serially).")
+@click.option("--leader-elect/--no-leader-elect", default=True,
+              help="Hold the Lease flux-plunger.cozystack.io; only the leader acts.")
+@click.option("--leader-election-namespace", metavar="NS",
+              help="Namespace of the Lease.  [default: the in-cluster namespace, else the "
+                   "kubeconfig context's]")
+@click.option("--lease-duration", type=DURATION, default="15s",
+              help="How long followers wait after the last renewal before taking over.")
+@click.option("--renew-deadline", type=DURATION, default="10s",
+              help="How long the leader keeps acting without a successful renewal.")
+@click.option("--retry-period", type=DURATION, default="2s",
+              help="Interval between acquire/renew attempts.")
+@click.option("--shutdown-drain-timeout", type=DURATION, default="60s",
+              help="Bound of the drain on shutdown (releasing suspensions and fences).")
+@click.option("--shutdown-stop-timeout", type=DURATION, default="10s",
+              help="Bound of stopping new work on shutdown (in-flight passes finishing).")
+@click.option("--termination-grace-period", type=DURATION, default=None,
+              help="The pod's terminationGracePeriodSeconds; start-up is refused unless "
+                   "stop timeout + drain timeout + 5s fit in it.")
+@click.option("--resync-period", type=DURATION, default="10m",
+              help="Interval of a fresh LIST that re-enqueues every candidate release.")
+@click.option("--fence-recheck-interval", type=DURATION, default="60s",
+              help="Re-check interval of a delete held by the uninstall fence.")
+@click.option("--fence-held-warn-after", type=DURATION, default="10m",
+              help="Emit the UninstallFenceHeld Warning once a delete is held this long.")
+@click.option("--handshake-timeout", type=DURATION, default="30s",
+              help="How long to wait for helm-controller to observe the suspension before "
+                   "deleting a revision.")
+@click.option("--metrics-bind-address", default=":8080", metavar="ADDR",
+              help="Address of /metrics (0 disables).")
+@click.option("--health-probe-bind-address", default=":8081", metavar="ADDR",
+              help="Address of /healthz and /readyz (0 disables).")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
+              help="Log line format.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"],
+                                               case_sensitive=False), default="info",
+              help="Minimum level logged.")
+def serve(kubeconfig, kube_context, request_timeout, namespace, selector, workers, leader_elect,
+          leader_election_namespace, lease_duration, renew_deadline, retry_period,
+          shutdown_drain_timeout, shutdown_stop_timeout, termination_grace_period,
+          resync_period, fence_recheck_interval, fence_held_warn_after, handshake_timeout,
+          metrics_bind_address, health_probe_bind_address, log_format, log_level):
+    """Run the controller: watch HelmReleases and recover stuck ones continuously.
+
+    The same decision table as `recover`, driven by a list+watch, with leader election on
+    the Lease flux-plunger.cozystack.io. On SIGTERM it stops new work, drains (releases
+    every suspension and uninstall fence it holds, carrying deletes through the uninstall)
+    and gives the Lease up; a second signal exits at once."""
+    from ..serve.health import parse_bind_address
+
+    if namespace is not None and not namespace.strip():
+        fail("--namespace must not be empty", Exit.USAGE)
+    if selector is not None and not selector.strip():
+        fail("--selector must not be empty", Exit.USAGE)
+    if request_timeout is not None and request_timeout < 0:
+        fail("--request-timeout must not be negative", Exit.USAGE)
+    problem = check_timings(drain=shutdown_drain_timeout, stop=shutdown_stop_timeout,
+                            lease=lease_duration, renew=renew_deadline, retry=retry_period,
+                            grace=termination_grace_period, resync=resync_period,
+                            recheck=fence_recheck_interval, warn_after=fence_held_warn_after,
+                            handshake=handshake_timeout, leader_elect=leader_elect)
+    if problem:
+        fail(problem, Exit.USAGE)
+    try:
+        metrics_addr = parse_bind_address(metrics_bind_address, "--metrics-bind-address")
+        probe_addr = parse_bind_address(health_probe_bind_address, "--health-probe-bind-address")
+    except ValueError as exc:
+        fail(str(exc), Exit.USAGE)
+    if kubeconfig and not os.path.exists(kubeconfig):
+        fail(f"stat {kubeconfig}: no such file or directory")
+    lease_ns = None
+    if leader_elect:
+        if leader_election_namespace is not None and not leader_election_namespace.strip():
+            fail("--leader-election-namespace must not be empty", Exit.USAGE)
+        lease_ns = leader_election_namespace or _lease_namespace(kubeconfig, kube_context)
+        if not lease_ns:
+            fail("cannot tell the namespace of the leader-election Lease: not running in a "
+                 "cluster and the kubeconfig context sets no namespace; pass "
+                 "--leader-election-namespace NS (or --no-leader-elect)", Exit.USAGE)
+    if metrics_addr is not None:
+        try:
+            import prometheus_client  # noqa: F401 - the optional "serve" extra
+        except ImportError:
+            fail("--metrics-bind-address needs prometheus-client: install "
+                 "kubectl-flux-plunger[serve], or pass --metrics-bind-address 0")
+
+    from ..kube import ConfigError, Kube, KubeError
+    from ..serve import logs
+    from ..serve.health import BindError
+    from ..serve.run import DEFAULT_REQUEST_TIMEOUT, ServeConfig, run
+
+    logs.setup(log_format, log_level.lower())
+    try:
+        timeout = request_timeout or DEFAULT_REQUEST_TIMEOUT
+        kube = Kube.from_kubeconfig(kubeconfig, kube_context, request_timeout=timeout)
+        # the Lease gets its own client: a renewal must never wait behind a slow request
+        lease_kube = (Kube.from_kubeconfig(kubeconfig, kube_context,
+                                           request_timeout=max(1.0, min(retry_period, timeout)))
+                      if leader_elect else None)
+    except ConfigError as exc:
+        fail(str(exc))
+    cfg = ServeConfig(
+        namespace=namespace, selector=selector, workers=workers, leader_elect=leader_elect,
+        lease_namespace=lease_ns, lease_duration=lease_duration, renew_deadline=renew_deadline,
+        retry_period=retry_period, drain_timeout=shutdown_drain_timeout,
+        stop_timeout=shutdown_stop_timeout, resync_period=resync_period,
+        fence_recheck=fence_recheck_interval, fence_warn_after=fence_held_warn_after,
+        handshake_timeout=handshake_timeout, metrics_addr=metrics_addr, probe_addr=probe_addr)
+    try:
+        code = run(kube, cfg, lease_kube=lease_kube)
+    except BindError as exc:
+        fail(str(exc))
+    except KubeError as exc:
+        fail(str(exc))
+    raise SystemExit(code)

@@ -1,0 +1,178 @@
+"""A de-duplicating work queue of keys (``namespace/name``), like client-go's workqueue.
+
+* A key is queued at most once (``dirty``); a key being processed is never handed to a second
+  worker (``processing``): adding it meanwhile marks it dirty and it is queued again once
+  ``done`` is called — serial per key, parallel across keys.
+* ``add_after`` arms a timer (the earliest one per key wins); due timers are moved into the
+  queue by ``get``.
+* ``add_rate_limited`` re-adds after an exponential backoff per key (base·2^failures, capped);
+  ``forget`` resets it after a success.
+* ``shutdown`` makes every ``get`` return None at once: no new work is taken.
+
+Only keys are held, never objects: decisions re-read the release.
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections import deque
+from typing import Callable
+
+
+class Backoff:
+    """Exponential per-key backoff: ``base * 2**n`` capped at ``cap``."""
+
+    def __init__(self, base: float = 1.0, cap: float = 300.0):
+        if base <= 0 or cap < base:
+            raise ValueError("backoff needs 0 < base <= cap")
+        self.base, self.cap = base, cap
+        self._failures: dict[str, int] = {}
+
+    def next(self, key: str) -> float:
+        n = self._failures.get(key, 0)
+        self._failures[key] = n + 1
+        # 2**n overflows nothing in Python, but keep the exponent small anyway
+        return min(self.cap, self.base * (2 ** min(n, 62)))
+
+    def failures(self, key: str) -> int:
+        return self._failures.get(key, 0)
+
+    def forget(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._failures)
+
+
+class WorkQueue:
+    def __init__(self, *, backoff: Backoff | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self._clock = clock
+        self._backoff = backoff or Backoff()
+        self._cond = threading.Condition()
+        self._ready: deque[str] = deque()
+        self._dirty: set[str] = set()
+        self._processing: set[str] = set()
+        self._timers: list[tuple[float, int, str]] = []   # heap; stale entries skipped
+        self._due: dict[str, float] = {}                 # key -> earliest armed due time
+        self._seq = itertools.count()
+        self._shutdown = False
+        self.adds = 0
+
+    # -- adding ------------------------------------------------------------------
+
+    def add(self, key: str) -> None:
+        with self._cond:
+            self._add_locked(key)
+
+    def _add_locked(self, key: str) -> None:
+        if self._shutdown or key in self._dirty:
+            return
+        self._dirty.add(key)
+        self.adds += 1
+        if key in self._processing:
+            return  # queued again by done()
+        self._ready.append(key)
+        self._cond.notify()
+
+    def add_after(self, key: str, delay: float) -> None:
+        if delay <= 0:
+            self.add(key)
+            return
+        with self._cond:
+            if self._shutdown:
+                return
+            due = self._clock() + delay
+            current = self._due.get(key)
+            if current is not None and current <= due:
+                return
+            self._due[key] = due
+            heapq.heappush(self._timers, (due, next(self._seq), key))
+            self._cond.notify()
+
+    def add_rate_limited(self, key: str) -> float:
+        """Re-add after this key's next backoff delay; returns the delay."""
+        with self._cond:
+            delay = self._backoff.next(key)
+        self.add_after(key, delay)
+        return delay
+
+    def forget(self, key: str) -> None:
+        with self._cond:
+            self._backoff.forget(key)
+
+    def failures(self, key: str) -> int:
+        with self._cond:
+            return self._backoff.failures(key)
+
+    # -- taking ------------------------------------------------------------------
+
+    def _promote_due_locked(self, now: float) -> None:
+        while self._timers and self._timers[0][0] <= now:
+            due, _, key = heapq.heappop(self._timers)
+            if self._due.get(key) == due:
+                del self._due[key]
+                self._add_locked(key)
+
+    def get(self, timeout: float | None = None) -> str | None:
+        """The next key, or None on shutdown or when ``timeout`` passes (0: don't block)."""
+        deadline = None if timeout is None else self._clock() + timeout
+        with self._cond:
+            while True:
+                if self._shutdown:
+                    return None
+                now = self._clock()
+                self._promote_due_locked(now)
+                if self._ready:
+                    key = self._ready.popleft()
+                    self._dirty.discard(key)
+                    self._processing.add(key)
+                    return key
+                waits = []
+                if self._timers:
+                    waits.append(self._timers[0][0] - now)
+                if deadline is not None:
+                    if now >= deadline:
+                        return None
+                    waits.append(deadline - now)
+                self._cond.wait(max(0.0, min(waits)) if waits else None)
+
+    def done(self, key: str) -> None:
+        with self._cond:
+            self._processing.discard(key)
+            if key in self._dirty and not self._shutdown:
+                self._ready.append(key)
+                self._cond.notify()
+
+    # -- lifecycle / introspection ----------------------------------------------------
+
+    def shutdown(self) -> None:
+        with self._cond:
+            self._shutdown = True
+            self._cond.notify_all()
+
+    @property
+    def shutting_down(self) -> bool:
+        with self._cond:
+            return self._shutdown
+
+    def __len__(self) -> int:
+        """Keys ready to be processed now (the queue-depth gauge)."""
+        with self._cond:
+            return len(self._ready)
+
+    def waiting(self) -> int:
+        """Keys with an armed timer (requeue-after or backoff)."""
+        with self._cond:
+            return len(self._due)
+
+    def processing(self) -> int:
+        with self._cond:
+            return len(self._processing)
+
+    def contains(self, key: str) -> bool:
+        """Queued, being processed, or armed — for tests and diagnostics."""
+        with self._cond:
+            return key in self._dirty or key in self._processing or key in self._due

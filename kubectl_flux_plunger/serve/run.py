@@ -1,0 +1,290 @@
+"""Wiring of ``serve``: watch → queue → workers (leader only) → executor, plus leader
+election, health/metrics endpoints and the shutdown sequence.
+
+Shutdown on SIGTERM/SIGINT:
+1. stop taking new work: the queue stops handing out keys and the work executor's
+   ``should_stop`` turns true, so an in-flight recovery aborts before the delete (relinquishing);
+   workers are awaited at most ``stop_timeout``;
+2. only if this process ever led (and still does): drain within ``drain_timeout`` with a
+   separate executor that never starts a recovery, renewing the Lease meanwhile;
+3. release the Lease so the next instance leads at once.
+A second signal exits at once with status 1.  Losing the Lease stops without a drain (another
+instance leads now) and exits 1.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from .. import constants as C
+from ..events import Recorder
+from ..executor import Executor, Options
+from ..kube import Kube, KubeError
+from .drain import Drainer
+from .health import Endpoints, prometheus_renderer
+from .leader import LeaderElector, identity
+from .logs import fields
+from .metrics import Metrics
+from .queue import Backoff, WorkQueue
+from .watch import Watcher
+
+log = logging.getLogger("kubectl_flux_plunger.serve")
+
+DEFAULT_REQUEST_TIMEOUT = 30.0
+
+
+@dataclass
+class ServeConfig:
+    namespace: str | None = None
+    selector: str | None = None
+    workers: int = 2
+    leader_elect: bool = True
+    lease_namespace: str | None = None
+    lease_name: str = C.LEASE_NAME
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    drain_timeout: float = 60.0
+    stop_timeout: float = 10.0
+    resync_period: float = 600.0
+    fence_recheck: float = C.FENCE_RECHECK_SECONDS
+    fence_warn_after: float = C.FENCE_HELD_WARN_SECONDS
+    handshake_timeout: float = 30.0
+    metrics_addr: tuple[str, int] | None = ("", 8080)
+    probe_addr: tuple[str, int] | None = ("", 8081)
+    backoff_base: float = 1.0
+    backoff_cap: float = 300.0
+
+
+class Controller:
+    def __init__(self, kube: Kube, cfg: ServeConfig, *, lease_kube: Kube | None = None):
+        self.kube, self.cfg = kube, cfg
+        self.identity = identity()
+        self.metrics = Metrics()
+        self.queue = WorkQueue(backoff=Backoff(cfg.backoff_base, cfg.backoff_cap))
+        self.recorder = Recorder(kube, instance=self.identity)
+        self.stopping = threading.Event()       # signal received: take no new work
+        self.watch_stop = threading.Event()
+        self.watcher = Watcher(kube, self.queue, namespace=cfg.namespace, selector=cfg.selector,
+                               resync_period=cfg.resync_period, metrics=self.metrics)
+        self.elector: LeaderElector | None = None
+        self.lease_kube = lease_kube
+        if cfg.leader_elect:
+            self.elector = LeaderElector(
+                lease_kube or kube, cfg.lease_namespace, cfg.lease_name, self.identity,
+                lease_duration=cfg.lease_duration, renew_deadline=cfg.renew_deadline,
+                retry_period=cfg.retry_period, on_started=self._started_leading,
+                on_lost=self._lost)
+        opts = dict(fence_warn_after=cfg.fence_warn_after, fence_recheck=cfg.fence_recheck,
+                    handshake_timeout=cfg.handshake_timeout)
+        self.executor = Executor(kube, self.recorder, options=Options(**opts),
+                                 should_stop=self._should_stop)
+        self.drain_executor = Executor(kube, self.recorder,
+                                       options=Options(allow_recover=False, **opts))
+        self.workers: list[threading.Thread] = []
+        self._workers_lock = threading.Lock()
+        self.wake = threading.Event()
+        self.signals = 0
+        self.metrics.fences_held = self.watcher.fences_held
+        self.metrics.queue_depth = lambda: len(self.queue)
+        self.metrics.leader = self.leading
+        self.metrics.api_stats = [kube.stats] + ([lease_kube.stats] if lease_kube else [])
+        self.endpoints = Endpoints(ready=self.watcher.synced.is_set, render_metrics=None)
+
+    # -- leadership --------------------------------------------------------------
+
+    def leading(self) -> bool:
+        if self.elector is None:
+            return not self.stopping.is_set() or self._drain_running
+        return self.elector.is_leader()
+
+    _drain_running = False
+
+    def ever_led(self) -> bool:
+        return self.elector is None or self.elector.ever_led
+
+    def _should_stop(self) -> bool:
+        return self.stopping.is_set() or not self.leading()
+
+    def _started_leading(self) -> None:
+        self._start_workers()
+
+    def _lost(self) -> None:
+        self.queue.shutdown()
+        self.wake.set()
+
+    # -- workers -----------------------------------------------------------------
+
+    def _start_workers(self) -> None:
+        with self._workers_lock:
+            if self.workers or self.stopping.is_set():
+                return
+            for i in range(self.cfg.workers):
+                t = threading.Thread(target=self._work, name=f"worker-{i}", daemon=True)
+                t.start()
+                self.workers.append(t)
+        log.info("processing HelmReleases", extra=fields(workers=self.cfg.workers))
+
+    def _work(self) -> None:
+        while True:
+            key = self.queue.get()
+            if key is None:
+                return
+            try:
+                self._process(key)
+            finally:
+                self.queue.done(key)
+
+    def _process(self, key: str) -> None:
+        if not self.leading():
+            self.queue.add_after(key, self.cfg.retry_period)
+            return
+        ns, name = key.split("/", 1)
+        started = time.monotonic()
+        try:
+            out = self.executor.reconcile(ns, name)
+        except KubeError as exc:
+            self.metrics.error()
+            delay = self.queue.add_rate_limited(key)
+            log.warning("reconcile failed: %s; retrying in %.1fs", exc, delay,
+                        extra=fields(release=key, status=exc.status))
+            return
+        except Exception:  # noqa: BLE001 - a bug in one pass must not kill the worker
+            self.metrics.error()
+            delay = self.queue.add_rate_limited(key)
+            log.exception("reconcile crashed; retrying in %.1fs", delay,
+                          extra=fields(release=key))
+            return
+        self.metrics.observe(out)
+        level = logging.DEBUG if out.result in ("unchanged", "gone") else logging.INFO
+        if out.failed:
+            level = logging.WARNING
+        log.log(level, "%s: %s", out.result, out.detail,
+                extra=fields(release=key, row=out.row, result=out.result,
+                             revision=out.revision,
+                             seconds=round(time.monotonic() - started, 3)))
+        if self.stopping.is_set():
+            return
+        if out.failed or out.result == "deferred":
+            self.queue.add_rate_limited(key)
+        elif out.requeue_after:
+            self.queue.forget(key)
+            self.queue.add_after(key, out.requeue_after)
+        else:
+            self.queue.forget(key)
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def start(self) -> None:
+        cfg = self.cfg
+        if cfg.metrics_addr is not None:
+            self.endpoints.render_metrics = prometheus_renderer(self.metrics)
+        self.endpoints.start(cfg.metrics_addr, cfg.probe_addr)
+        log.info("starting flux-plunger controller", extra=fields(
+            identity=self.identity, namespace=cfg.namespace or "(all)",
+            selector=cfg.selector or "", workers=cfg.workers, leader_elect=cfg.leader_elect,
+            lease=(f"{cfg.lease_namespace}/{cfg.lease_name}" if cfg.leader_elect else "")))
+        threading.Thread(target=self.watcher.run, args=(self.watch_stop,), name="watch",
+                         daemon=True).start()
+        if self.elector is not None:
+            threading.Thread(target=self._elect, name="leader-election", daemon=True).start()
+        else:
+            self._start_workers()
+
+    def _elect(self) -> None:
+        try:
+            self.elector.run(self.stopping)
+        except Exception:  # noqa: BLE001
+            log.exception("leader election crashed")
+            self.elector.lost.set()
+            self._lost()
+
+    def handle_signal(self, signum, frame) -> None:  # noqa: ARG002 - signal API
+        self.signals += 1
+        name = signal.Signals(signum).name
+        if self.signals > 1:
+            log.error("received %s again: exiting at once", name)
+            for h in logging.getLogger().handlers:
+                try:
+                    h.flush()
+                except Exception:  # noqa: BLE001
+                    pass
+            os._exit(1)
+        log.info("received %s: stopping (send it again to exit at once)", name)
+        self.stopping.set()
+        self.wake.set()
+
+    def wait(self) -> None:
+        """Block the main thread until a signal or the loss of the Lease."""
+        while not self.stopping.is_set():
+            if self.elector is not None and self.elector.lost.is_set():
+                return
+            self.wake.wait(0.5)
+            self.wake.clear()
+
+    def shutdown(self) -> int:
+        """The shutdown sequence; returns the exit status."""
+        cfg = self.cfg
+        code = 0
+        lost = self.elector is not None and self.elector.lost.is_set()
+        self.stopping.set()
+        self.queue.shutdown()
+        # 1. stop taking new work, bounded
+        deadline = time.monotonic() + cfg.stop_timeout
+        with self._workers_lock:
+            workers = list(self.workers)
+        for t in workers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        busy = sum(t.is_alive() for t in workers)
+        if busy:
+            code = 1
+            log.error("stopping new work took longer than %.1fs; %d worker(s) still busy",
+                      cfg.stop_timeout, busy)
+        else:
+            log.info("stopped taking new work")
+        if lost:
+            self._finish()
+            return 1
+        # 2. drain, only if this process ever led (and does now)
+        if not self.ever_led():
+            log.info("never became leader; leaving the fences to the leader")
+        elif self.elector is not None and not self.elector.is_leader():
+            log.error("not leading any more; leaving the fences to the new leader")
+            code = 1
+        else:
+            self._drain_running = True
+            drainer = Drainer(self.kube, self.drain_executor, namespace=cfg.namespace,
+                              selector=cfg.selector, poll=min(1.0, cfg.fence_recheck),
+                              metrics=self.metrics)
+            still = (self.elector.is_leader if self.elector is not None else (lambda: True))
+            held = drainer.run(cfg.drain_timeout, still)
+            self.metrics.drain_held = held
+            self._drain_running = False
+        # 3. give the Lease up
+        if self.elector is not None:
+            self.elector.release()
+        self._finish()
+        log.info("flux-plunger controller stopped", extra=fields(exit=code))
+        return code
+
+    def _finish(self) -> None:
+        self.watch_stop.set()
+        if self.elector is not None:
+            self.elector.stop_renewing()
+        self.endpoints.stop()
+
+
+def run(kube: Kube, cfg: ServeConfig, *, lease_kube: Kube | None = None) -> int:
+    controller = Controller(kube, cfg, lease_kube=lease_kube)
+    signal.signal(signal.SIGTERM, controller.handle_signal)
+    signal.signal(signal.SIGINT, controller.handle_signal)
+    controller.start()
+    controller.wait()
+    code = controller.shutdown()
+    sys.stderr.flush()
+    return code

@@ -1,0 +1,168 @@
+"""List + watch HelmReleases and enqueue the keys the predicate selects (SPEC §8).
+
+No object cache: a LIST is consumed page by page and only keys are kept (the queue's, and the
+set of fenced keys behind the ``fences_held`` gauge).  The watch asks for bookmarks; a 410
+(ERROR event or HTTP status) starts a fresh LIST; any other failure (apiserver restarting,
+network) re-watches from the last resourceVersion after a backoff — and a resourceVersion the
+restarted apiserver no longer has answers 410, which relists.  A fresh LIST every
+``resync_period`` re-enqueues whatever the predicate selects, catching changes no watch event
+reports (e.g. a Helm storage Secret appearing).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from .. import plan
+from ..detect import is_fenced
+from ..kube import KubeError
+from .logs import fields
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS = 300          # server-side timeout of one watch request
+BACKOFF_BASE, BACKOFF_CAP = 0.5, 30.0
+
+
+def key_of(hr: dict) -> str:
+    md = hr.get("metadata") or {}
+    return f"{md.get('namespace')}/{md.get('name')}"
+
+
+class Expired(Exception):
+    """The watch's resourceVersion is gone (410): relist."""
+
+
+class Watcher:
+    def __init__(self, kube, queue, *, namespace: str | None, selector: str | None,
+                 resync_period: float, metrics=None, page_size: int = 500,
+                 watch_seconds: int = WATCH_SECONDS):
+        self.kube, self.queue = kube, queue
+        self.namespace, self.selector = namespace, selector
+        self.resync_period = resync_period
+        self.metrics = metrics
+        self.page_size = page_size
+        self.watch_seconds = watch_seconds
+        self.synced = threading.Event()
+        self._fenced: set[str] = set()
+        self._lock = threading.Lock()
+        self.resource_version = ""
+
+    def fences_held(self) -> int:
+        with self._lock:
+            return len(self._fenced)
+
+    # -- one object ----------------------------------------------------------------
+
+    def _seen(self, hr: dict, deleted: bool = False) -> None:
+        key = key_of(hr)
+        fenced = not deleted and is_fenced(hr)
+        with self._lock:
+            if fenced:
+                self._fenced.add(key)
+            else:
+                self._fenced.discard(key)
+        if not deleted and plan.predicate(hr):
+            self.queue.add(key)
+
+    # -- list ----------------------------------------------------------------------
+
+    def relist(self, reason: str) -> str:
+        """A fresh LIST, page by page; enqueue what the predicate selects.  Returns its rv."""
+        fenced: set[str] = set()
+        rv, count, queued = "", 0, 0
+        for items, page_rv in self.kube.iter_hr_pages(self.namespace, self.selector,
+                                                      self.page_size):
+            rv = page_rv or rv
+            for hr in items:
+                count += 1
+                if is_fenced(hr):
+                    fenced.add(key_of(hr))
+                if plan.predicate(hr):
+                    queued += 1
+                    self.queue.add(key_of(hr))
+            del items
+        with self._lock:
+            self._fenced = fenced
+        if self.metrics is not None:
+            self.metrics.relisted(reason)
+        log.info("listed HelmReleases", extra=fields(reason=reason, count=count, queued=queued,
+                                                       fenced=len(fenced), resourceVersion=rv))
+        return rv
+
+    # -- watch ---------------------------------------------------------------------
+
+    def _watch_once(self, rv: str, seconds: int) -> str:
+        """One watch request from ``rv``; returns the newest rv seen. Raises Expired/KubeError."""
+        expired = None
+        for event in self.kube.watch_hrs(self.namespace, self.selector, rv,
+                                         timeout_seconds=seconds):
+            kind = event.get("type")
+            obj = event.get("object") or {}
+            if kind == "ERROR":
+                code = obj.get("code")
+                if code == 410:
+                    expired = obj.get("message") or "resource version too old"
+                    continue  # the server closes the stream after it; let it end cleanly
+                raise KubeError(int(code or 0), obj.get("reason") or "Error",
+                                obj.get("message") or "watch error event", obj)
+            new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if new_rv:
+                rv = new_rv
+                self.resource_version = rv
+            if kind in ("ADDED", "MODIFIED"):
+                self._seen(obj)
+            elif kind == "DELETED":
+                self._seen(obj, deleted=True)
+            # BOOKMARK: only the resourceVersion moves
+        if expired:
+            raise Expired(expired)
+        return rv
+
+    def run(self, stop: threading.Event) -> None:
+        failures = 0
+        reason = "initial"
+        rv = None
+        while not stop.is_set():
+            try:
+                if rv is None:
+                    rv = self.relist(reason)
+                    self.resource_version = rv
+                    resync_at = time.monotonic() + self.resync_period
+                    if not self.synced.is_set():
+                        self.synced.set()
+                        log.info("HelmRelease list/watch synced")
+                    failures = 0
+                remaining = resync_at - time.monotonic()
+                if remaining <= 0:
+                    rv, reason = None, "resync"
+                    continue
+                seconds = max(1, min(self.watch_seconds, int(remaining + 0.999)))
+                rv = self._watch_once(rv, seconds)
+                failures = 0
+            except Expired as exc:
+                log.info("watch: resource version expired (410); relisting",
+                         extra=fields(detail=str(exc)))
+                rv, reason = None, "expired"
+            except KubeError as exc:
+                if exc.gone:
+                    log.info("watch: resource version expired (410); relisting",
+                             extra=fields(detail=str(exc)))
+                    rv, reason = None, "expired"
+                    continue
+                if rv is None:
+                    reason = "error"
+                delay = min(BACKOFF_CAP, BACKOFF_BASE * (2 ** min(failures, 10)))
+                failures += 1
+                log.warning("watch: %s; retrying in %.1fs", exc, delay,
+                            extra=fields(status=exc.status, attempt=failures))
+                if self.metrics is not None:
+                    self.metrics.error()
+                stop.wait(delay)
+            except Exception:  # noqa: BLE001 - never let the watch thread die
+                delay = min(BACKOFF_CAP, BACKOFF_BASE * (2 ** min(failures, 10)))
+                failures += 1
+                log.exception("watch: unexpected failure; relisting in %.1fs", delay)
+                rv, reason = None, "error"
+                stop.wait(delay)

@@ -1,0 +1,69 @@
+"""Two ``serve`` processes on one Lease: only the leader acts; SIGTERM hands over at once;
+SIGKILL makes the follower wait for the Lease to expire."""
+from __future__ import annotations
+
+import signal
+import time
+
+from testplane.cluster import SimulatedHelmController, eventually
+
+from .test_serve_support import FAST, holder, recovered, serve, stuck  # noqa: F401
+
+LEASE_SECONDS = 3.0     # FAST's --lease-duration
+RETRY_SECONDS = 0.5     # FAST's --retry-period
+
+
+def _pair(serve, ns, kube):  # noqa: F811
+    a = serve("-n", ns, "--leader-election-namespace", ns, *FAST, name="first")
+    eventually(a.leads, 30, "the first instance leads")
+    b = serve("-n", ns, "--leader-election-namespace", ns, *FAST, name="second")
+    eventually(b.ready, 30, "the second instance ready (a synced follower)")
+    assert holder(kube, ns) == a.identity
+    assert b.metric("flux_plunger_leader") == 0.0
+    return a, b
+
+
+def test_only_the_leader_acts(cluster, kube, ns, serve):  # noqa: F811
+    a, b = _pair(serve, ns, kube)
+    with SimulatedHelmController(cluster, ns):
+        stuck(cluster, ns, "demo")
+        eventually(lambda: recovered(cluster, ns, "demo"), 30, "recovered")
+    assert a.metric("flux_plunger_recoveries_total", result="recovered") == 1.0
+    assert b.metric("flux_plunger_recoveries_total", result="recovered") == 0.0
+    # the follower watched but wrote nothing to any HelmRelease or Secret
+    for verb in ("APPLY", "PATCH", "DELETE"):
+        assert b.metric("flux_plunger_api_requests_total", verb=verb) is None, verb
+    assert not b.logged(r"recovered: ")
+    assert holder(kube, ns) == a.identity
+
+
+def test_sigterm_hands_the_lease_over_at_once(cluster, kube, ns, serve):  # noqa: F811
+    a, b = _pair(serve, ns, kube)
+    a.signal(signal.SIGTERM)
+    assert a.wait(30) == 0
+    exited = time.monotonic()
+    assert a.logged("released the Lease")
+    eventually(lambda: holder(kube, ns) == b.identity, 10, "the follower holds the Lease")
+    took = time.monotonic() - exited
+    # released on stop: no waiting for expiry, only the follower's next retry (~0.5s)
+    assert took < 2.5, f"hand-over took {took:.1f}s after the leader exited"
+    eventually(b.leads, 5, "the follower acts as leader")
+    # and it does act
+    with SimulatedHelmController(cluster, ns):
+        stuck(cluster, ns, "after")
+        eventually(lambda: recovered(cluster, ns, "after"), 30, "recovered by the new leader")
+
+
+def test_sigkill_the_follower_waits_for_the_lease_to_expire(cluster, kube, ns, serve):  # noqa: F811
+    a, b = _pair(serve, ns, kube)
+    a.signal(signal.SIGKILL)
+    a.wait(10)
+    killed = time.monotonic()
+    eventually(lambda: holder(kube, ns) == b.identity, 20, "the follower holds the Lease")
+    took = time.monotonic() - killed
+    # The follower counts the Lease duration from the last renewal it saw, which was at
+    # most one retry period (with jitter) before the kill.
+    assert took >= LEASE_SECONDS - 1.2 * RETRY_SECONDS - 0.2, \
+        f"took over after {took:.2f}s, before the {LEASE_SECONDS}s Lease expired"
+    assert took < LEASE_SECONDS + 3.0, f"took over only after {took:.2f}s"
+    assert not a.logged("released the Lease")
