@@ -296,7 +296,7 @@ class Executor:
                 out.detail = ("the release changed under us during recovery (another writer "
                               "took spec.suspend or changed its spec); storage left intact")
                 return
-            if detect.observed_lags(current):
+            if detect.observed_lags(current) and not self.kube.dry_run:
                 out.result = "deferred"
                 out.detail = (f"helm-controller did not acknowledge the suspension within "
                               f"{self.opt.handshake_timeout:.0f}s; storage left intact")
@@ -365,6 +365,8 @@ class Executor:
         generation, so it is not mid-action when the revision goes.  Returns the last read
         (None when gone)."""
         deadline = time.monotonic() + self.opt.handshake_timeout
+        if self.kube.dry_run:
+            return self._fresh(hr)   # nothing was persisted: there is nothing to observe
         while True:
             fresh = self._fresh(hr)
             if fresh is None or detect.is_terminating(fresh) or not detect.observed_lags(fresh):

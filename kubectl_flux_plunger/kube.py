@@ -313,11 +313,15 @@ class Kube:
         return out.get("items") or []
 
     def delete_secret(self, namespace: str, name: str, uid: str) -> dict:
-        """DELETE with a uid precondition: a Secret re-created under the same name stays."""
+        """DELETE with a uid precondition: a Secret re-created under the same name stays.
+
+        The apiserver reads a DELETE's options from the body when there is one and then
+        ignores the query, so dry-run must travel in the body too."""
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        if self.dry_run:
+            options["dryRun"] = ["All"]
         return self.request("DELETE", "DELETE", core_path("secrets", namespace, name),
-                            body={"apiVersion": "v1", "kind": "DeleteOptions",
-                                  "preconditions": {"uid": uid}},
-                            content_type=JSON, write=True)
+                            body=options, content_type=JSON, write=True)
 
     # -- Events --------------------------------------------------------------------
 

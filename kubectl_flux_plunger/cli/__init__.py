@@ -96,7 +96,7 @@ def output_option(f):
 
 def dry_run_option(f):
     return click.option("--dry-run", type=click.Choice(["none", "client", "server"]),
-                        default="none", show_default=True, flag_value="client",
+                        default="none", show_default=True, is_flag=False, flag_value="client",
                         help="client: print the plan only; server: send every write with dryRun=All.")(f)
 
 

@@ -37,6 +37,7 @@ class Drainer:
         self.poll = poll
         self.metrics = metrics
         self.clock = clock
+        self._last: dict[str, str] = {}   # key -> last result logged (repeats go to debug)
 
     def _list(self) -> list[str]:
         keys: list[str] = []
@@ -85,9 +86,11 @@ class Drainer:
                     continue
                 if self.metrics is not None:
                     self.metrics.observe(out)
-                if out.result not in ("unchanged",):
-                    log.info("drain: %s: %s", out.result, out.detail,
-                             extra=fields(release=key, row=out.row, result=out.result))
+                repeat = self._last.get(key) == out.result
+                self._last[key] = out.result
+                log.log(logging.DEBUG if repeat or out.result == "unchanged" else logging.INFO,
+                        "drain: %s: %s", out.result, out.detail,
+                        extra=fields(release=key, row=out.row, result=out.result))
                 if out.result not in DONE:
                     settled = False
             if self.clock() >= deadline:

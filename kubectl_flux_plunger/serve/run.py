@@ -90,6 +90,8 @@ class Controller:
         self._workers_lock = threading.Lock()
         self.wake = threading.Event()
         self.signals = 0
+        self._logged: dict[str, tuple[str, str]] = {}   # key -> last (result, detail) at info
+        self._logged_lock = threading.Lock()
         self.metrics.fences_held = self.watcher.fences_held
         self.metrics.queue_depth = lambda: len(self.queue)
         self.metrics.leader = self.leading
@@ -162,6 +164,14 @@ class Controller:
             return
         self.metrics.observe(out)
         level = logging.DEBUG if out.result in ("unchanged", "gone") else logging.INFO
+        with self._logged_lock:
+            # the same outcome again (our own writes re-trigger a pass) is not news
+            if level == logging.INFO and self._logged.get(key) == (out.result, out.detail):
+                level = logging.DEBUG
+            if level == logging.INFO:
+                self._logged[key] = (out.result, out.detail)
+            elif out.result in ("unchanged", "gone"):
+                self._logged.pop(key, None)
         if out.failed:
             level = logging.WARNING
         log.log(level, "%s: %s", out.result, out.detail,

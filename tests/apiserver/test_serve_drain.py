@@ -104,9 +104,10 @@ def test_drain_on_sigterm(cluster, kube, ns, serve):  # noqa: F811
 
 
 def test_a_follower_never_drains(cluster, kube, ns, serve):  # noqa: F811
-    a = serve("-n", ns, "--leader-election-namespace", ns, *FAST, name="leader")
+    slow = ("--lease-duration", "30s", "--renew-deadline", "10s")  # no take-over meanwhile
+    a = serve("-n", ns, "--leader-election-namespace", ns, *FAST, *slow, name="leader")
     eventually(a.leads, 30, "first leads")
-    b = serve("-n", ns, "--leader-election-namespace", ns, *FAST, name="follower")
+    b = serve("-n", ns, "--leader-election-namespace", ns, *FAST, *slow, name="follower")
     eventually(b.ready, 30, "follower ready")
     a.signal(signal.SIGSTOP)      # the leader freezes: its Lease is still valid for a while
     try:

@@ -1,0 +1,1 @@
+chart/flux-plunger/files/uninstall-cleanup.sh

@@ -1,0 +1,302 @@
+"""The verbs as a user runs them (a real process, through kubectl's plugin dispatch where it
+matters) against the real apiserver: output formats, exit codes, dry runs, release-fence
+outcome lines, bad input, and a ServiceAccount bound to exactly the RBAC the CLI needs."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from kubectl_flux_plunger import constants as C
+from testplane.cluster import SimulatedHelmController
+from testplane.rbac import service_account_kubeconfig
+
+from .conftest import hold, stuck_release
+
+# What the one-shot verbs need, and nothing more (same as the controller's ClusterRole).
+CLI_RULES = [
+    {"apiGroups": ["helm.toolkit.fluxcd.io"], "resources": ["helmreleases"],
+     "verbs": ["get", "list", "patch"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "delete"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "create", "patch"]},
+]
+
+
+# -- version / help ---------------------------------------------------------------------
+
+def test_version_through_kubectl_plugin_dispatch(cli, plane):
+    res = cli("version", via_kubectl=True)
+    assert res.code == 0, res
+    assert "Client Version: 0.1.0" in res.out
+    assert "Server Version: v1.37.2" in res.out or "Server Version: v" in res.out
+    assert "helm-controller Version: not found" in res.out
+
+
+def test_help_through_kubectl(cli):
+    res = cli("--help", via_kubectl=True)
+    assert res.code == 0 and "kubectl flux-plunger" in res.out
+    for verb in ("status", "recover", "resume-owned", "release-fence", "version"):
+        assert verb in res.out
+
+
+# -- status -----------------------------------------------------------------------------
+
+def test_status_table_wide_json_yaml_name(cli, cluster, ns):
+    stuck_release(cluster, ns)
+    cluster.create_hr(ns, "healthy")
+    cluster.create_hr(ns, "paused")
+    cluster.suspend(ns, "paused", True, manager="operator")
+    res = cli("status", "-n", ns)
+    assert res.code == 0, res
+    lines = res.out.splitlines()
+    assert lines[0].split()[:3] == ["NAME", "STATE", "SUSPEND-OWNER"]
+    rows = {l.split()[0]: l.split() for l in lines[1:]}
+    assert set(rows) == {"demo", "paused"}                 # the healthy one is not listed
+    assert rows["demo"][1:5] == ["stuck", "-", "2", "uninstalling"]
+    assert rows["paused"][1:3] == ["suspended-by-other", "operator(Update)"]
+    wide = cli("status", "-n", ns, "-o", "wide")
+    assert "STORAGE-NAMESPACE" in wide.out and "no revision is deployed" in wide.out
+    data = json.loads(cli("status", "-n", ns, "-o", "json").out)
+    assert [i["name"] for i in data["items"]] == ["demo", "paused"]
+    assert data["items"][0]["helm_status"] == "uninstalling"
+    ydata = yaml.safe_load(cli("status", "-n", ns, "-o", "yaml").out)
+    assert ydata["items"][1]["state"] == "suspended-by-other"
+    names = cli("status", "-n", ns, "-o", "name").out.split()
+    assert names == ["helmrelease.helm.toolkit.fluxcd.io/demo",
+                     "helmrelease.helm.toolkit.fluxcd.io/paused"]
+
+
+def test_status_all_namespaces_puts_namespace_first(cli, cluster, ns):
+    stuck_release(cluster, ns)
+    res = cli("status", "-A")
+    assert res.code == 0
+    assert res.out.splitlines()[0].startswith("NAMESPACE")
+    assert any(l.split()[:3] == [ns, "demo", "stuck"] for l in res.out.splitlines())
+
+
+def test_status_with_nothing_to_show_says_so_on_stderr(cli, ns):
+    res = cli("status", "-n", ns)
+    assert res.code == 0 and res.out == ""
+    assert res.err.strip() == f"No resources found in {ns} namespace."
+
+
+def test_status_unknown_release_is_a_not_found_error(cli, ns):
+    res = cli("status", "-n", ns, "nope")
+    assert res.code == 1
+    assert 'helmreleases.helm.toolkit.fluxcd.io "nope" not found' in res.err
+
+
+# -- recover ------------------------------------------------------------------------------
+
+def test_recover_dry_run_client_prints_the_plan_and_writes_nothing(cli, cluster, ns):
+    stuck_release(cluster, ns)
+    before = cluster.get(ns, "demo")["metadata"]["resourceVersion"]
+    res = cli("recover", "-n", ns, "--dry-run=client")
+    assert res.code == 0, res
+    assert "demo planned" in res.out
+    assert "delete Secret" in res.out and "sh.helm.release.v1.demo.v2" in res.out
+    assert cluster.get(ns, "demo")["metadata"]["resourceVersion"] == before
+    assert len(cluster.secret_names(ns, "demo")) == 2
+
+
+def test_recover_dry_run_server_sends_dry_run_writes(cli, cluster, ns):
+    stuck_release(cluster, ns)
+    res = cli("recover", "-n", ns, "--dry-run=server")
+    # every write was admitted by the apiserver with dryRun=All, none persisted
+    assert res.code == 0 and "demo recovered" in res.out and "(dry run)" in res.out, res
+    hr = cluster.get(ns, "demo")
+    assert hr["spec"].get("suspend") is None and C.FENCE not in hr["metadata"]["finalizers"]
+    assert C.PROCESSED_ANNOTATION not in (hr["metadata"].get("annotations") or {})
+    assert len(cluster.secret_names(ns, "demo")) == 2
+
+
+def test_recover_all_namespaces_with_concurrency(cli, cluster):
+    namespaces = [cluster.namespace() for _ in range(3)]
+    sims = [SimulatedHelmController(cluster, n) for n in namespaces]
+    for n in namespaces:
+        stuck_release(cluster, n, labels={"batch": ns_batch(namespaces)})
+    for s in sims:
+        s.__enter__()
+    try:
+        res = cli("recover", "-l", f"batch={ns_batch(namespaces)}", "-A", "--concurrency", "3")
+    finally:
+        for s in sims:
+            s.__exit__()
+    assert res.code == 0, res
+    for n in namespaces:
+        assert f"{n}/demo recovered" in res.out
+        assert cluster.secret_names(n, "demo") == ["sh.helm.release.v1.demo.v1"]
+
+
+def ns_batch(namespaces):
+    return namespaces[0]
+
+
+def test_recover_reports_why_nothing_was_done_and_exits_1(cli, cluster, ns):
+    stuck_release(cluster, ns, revisions=[(1, "superseded"), (2, "failed")])
+    res = cli("recover", "-n", ns)
+    assert res.code == 1, res
+    assert "demo skipped" in res.out and "failed" in res.out
+    assert "recovered 0 of 1 stuck HelmReleases, 0 deferred, 1 skipped, 0 failed" in res.out
+
+
+# -- resume-owned ---------------------------------------------------------------------------
+
+def test_resume_owned_lifts_only_our_suspensions(cli, cluster, ns):
+    cluster.create_hr(ns, "ours")
+    hold(cluster, ns, "ours")
+    cluster.create_hr(ns, "theirs")
+    cluster.suspend(ns, "theirs", True, manager="operator")
+    cluster.create_hr(ns, "csa")
+    cluster.suspend(ns, "csa", True, manager=C.CLIENT_SIDE_MANAGER)
+    res = cli("resume-owned", "-n", ns)
+    assert res.code == 0, res
+    assert "ours relinquished" in res.out
+    assert "lifted 1 flux-plunger suspensions, 0 failed" in res.out
+    ours = cluster.get(ns, "ours")
+    assert ours["spec"].get("suspend") is None and C.FENCE not in ours["metadata"]["finalizers"]
+    assert cluster.get(ns, "theirs")["spec"]["suspend"] is True
+    assert cluster.get(ns, "csa")["spec"]["suspend"] is True
+
+
+# -- release-fence ---------------------------------------------------------------------------
+
+def test_release_fence_outcome_lines_and_exit_codes(cli, cluster, ns):
+    # live, suspended by us alone: suspension lifted, fence removed
+    cluster.create_hr(ns, "live")
+    hold(cluster, ns, "live")
+    # deleted, helm-controller already dropped its finalizer while it was suspended
+    cluster.create_hr(ns, "orphan")
+    hold(cluster, ns, "orphan")
+    cluster.delete_hr(ns, "orphan")
+    cluster.remove_finalizer(ns, "orphan", C.HELM_CONTROLLER_FINALIZER)
+    # deleted, suspension co-owned by another manager: left, fence still removed
+    cluster.create_hr(ns, "coowned")
+    cur = hold(cluster, ns, "coowned")
+    cluster.apply({"apiVersion": C.HR_API_VERSION, "kind": C.HR_KIND,
+                   "metadata": {"name": "coowned", "namespace": ns},
+                   "spec": {"suspend": True}}, manager="operator")
+    cluster.delete_hr(ns, "coowned")
+    cluster.remove_finalizer(ns, "coowned", C.HELM_CONTROLLER_FINALIZER)
+    res = cli("release-fence", "-n", ns)
+    assert res.code == 0, res
+    out = res.out
+    assert f"released the uninstall fence from {ns}/live" in out
+    assert f"released the uninstall fence from {ns}/orphan without an uninstall" in out
+    assert f"{ns}/coowned without an uninstall" in out
+    assert "released 3 of 3 fenced HelmReleases, 2 without an uninstall" in out
+    live = cluster.get(ns, "live")
+    assert live["spec"]["suspend"] is False and C.FENCE not in live["metadata"]["finalizers"]
+    assert cluster.get(ns, "orphan") is None and cluster.get(ns, "coowned") is None
+    again = cli("release-fence", "-n", ns)
+    assert again.code == 0 and "released 0 of 0 fenced HelmReleases" in again.out
+
+
+def test_release_fence_without_patch_permission_is_not_released_and_exits_1(plane, cluster, ns):
+    cluster.create_hr(ns)
+    hold(cluster, ns)
+    ro = service_account_kubeconfig(plane, "readonly", namespace=ns, namespace_rules={ns: [
+        {"apiGroups": ["helm.toolkit.fluxcd.io"], "resources": ["helmreleases"],
+         "verbs": ["get", "list"]}]})
+    from tests.conftest import run_cli
+    res = run_cli("release-fence", "-n", ns, "--retry-window=1s", kubeconfig=ro)
+    assert res.code == 1, res
+    assert f"NOT released {ns}/demo" in res.err and "forbidden" in res.err.lower()
+    assert "released 0 of 1 fenced HelmReleases" in res.out
+    assert C.FENCE in cluster.get(ns, "demo")["metadata"]["finalizers"]
+
+
+def test_release_fence_wait_uninstall_lets_helm_controller_finish_first(cli, cluster, ns):
+    cluster.create_hr(ns)
+    cluster.storage(ns, "demo", [(1, "deployed")])
+    hold(cluster, ns)
+    cluster.delete_hr(ns, "demo")
+    with SimulatedHelmController(cluster, ns) as sim:
+        res = cli("release-fence", "-n", ns, "--wait-uninstall", "--timeout=30s")
+    assert res.code == 0, res
+    # however helm-controller first saw the delete, the fence made it uninstall
+    assert sim.uninstalled == ["demo"]
+    assert cluster.get(ns, "demo") is None
+    assert cluster.secret_names(ns, "demo") == []
+
+
+# -- least privilege -----------------------------------------------------------------------
+
+def test_verbs_under_exactly_the_rbac_they_need(plane, cluster, ns):
+    from tests.conftest import run_cli
+    kc = service_account_kubeconfig(plane, "cli", namespace=ns, cluster_rules=CLI_RULES)
+    stuck_release(cluster, ns)
+    with SimulatedHelmController(cluster, ns):
+        st = run_cli("status", "-n", ns, kubeconfig=kc)
+        assert st.code == 0 and "stuck" in st.out, st
+        rec = run_cli("recover", "-n", ns, kubeconfig=kc)
+        assert rec.code == 0 and "demo recovered" in rec.out, rec
+    cluster.create_hr(ns, "held")
+    hold(cluster, ns, "held")
+    ro = run_cli("resume-owned", "-n", ns, kubeconfig=kc)
+    assert ro.code == 0 and "held relinquished" in ro.out, ro
+    hold(cluster, ns, "held")
+    rf = run_cli("release-fence", "-n", ns, kubeconfig=kc)
+    assert rf.code == 0 and "released 1 of 1" in rf.out, rf
+    for r in (st, rec, ro, rf):
+        assert "forbidden" not in (r.out + r.err).lower()
+
+
+# -- bad input -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args,message", [
+    (("status", "-A", "demo"), "cannot be retrieved by name across all namespaces"),
+    (("status", "-l", "a=b", "demo"), "name cannot be provided when a selector is specified"),
+    (("status", "-o", "xml"), "Invalid value for '-o'"),
+    (("recover", "--concurrency", "0"), "Invalid value for '--concurrency'"),
+    (("recover", "--request-timeout", "soon"), "invalid duration"),
+    (("frobnicate",), "No such command"),
+])
+def test_usage_errors_exit_2_with_one_error_line(cli, args, message):
+    res = cli(*args)
+    assert res.code == 2, res
+    first = res.err.splitlines()[0]
+    assert first.startswith("error: ") and message in first
+
+
+def test_malformed_kubeconfig_is_one_clear_line(tmp_path):
+    from tests.conftest import run_cli
+    bad = tmp_path / "bad.kubeconfig"
+    bad.write_text("apiVersion: v1\nclusters: [: nope\n")
+    res = run_cli("status", kubeconfig=bad)
+    assert res.code == 1
+    assert res.err.startswith("error: ") and len(res.err.strip().splitlines()) == 1, res
+
+
+def test_missing_kubeconfig_file(tmp_path):
+    from tests.conftest import run_cli
+    res = run_cli("status", "--kubeconfig", str(tmp_path / "none"))
+    assert res.code == 1 and res.err.startswith("error: stat ") and "no such file" in res.err
+
+
+def test_unknown_context(plane):
+    from tests.conftest import run_cli
+    res = run_cli("status", "--context", "nope", kubeconfig=plane.kubeconfig)
+    assert res.code == 1 and res.err.startswith("error: ") and "nope" in res.err, res
+
+
+def test_missing_permission_is_one_forbidden_line(plane, ns):
+    from tests.conftest import run_cli
+    kc = service_account_kubeconfig(plane, "nobody", namespace=ns)
+    res = run_cli("status", "-n", ns, kubeconfig=kc)
+    assert res.code == 1
+    assert res.err.startswith("error: Forbidden: ") and len(res.err.strip().splitlines()) == 1
+
+
+def test_unreachable_apiserver_is_one_line(plane, tmp_path):
+    from tests.conftest import run_cli
+    from testplane.plane import free_port
+    cfg = yaml.safe_load(plane.kubeconfig.read_text())
+    cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
+    kc = tmp_path / "down.kubeconfig"
+    kc.write_text(yaml.safe_dump(cfg))
+    res = run_cli("status", "-A", "--request-timeout=5s", kubeconfig=kc)
+    assert res.code == 1
+    assert res.err.startswith("error: cannot reach the Kubernetes API") and \
+        len(res.err.strip().splitlines()) == 1, res
