@@ -51,8 +51,9 @@ class Outcome:
                 "failed": self.failed, "steps": list(self.steps)}
 
 
-RESULTS = ("recovered", "deferred", "skipped", "relinquished", "fence-removed", "waiting",
-           "unchanged", "gone", "failed", "planned")
+# awaiting-retry: recovered earlier; helm-controller has not retried since (not a failure)
+RESULTS = ("recovered", "deferred", "skipped", "awaiting-retry", "relinquished",
+           "fence-removed", "waiting", "unchanged", "gone", "failed", "planned")
 
 
 @dataclass
@@ -131,7 +132,7 @@ class Executor:
                 return out
             done, why = detect.already_processed(hr, choice.revision.number)
             if done:
-                out.result, out.detail = "skipped", why
+                out.result, out.detail = "awaiting-retry", why
                 return out
             out.revision = choice.revision.number
             out.steps += [
@@ -261,7 +262,7 @@ class Executor:
         out.revision = rev.number
         done, why = detect.already_processed(hr, rev.number)
         if done:
-            out.result, out.detail = "skipped", why
+            out.result, out.detail = "awaiting-retry", why
             return
         if self.should_stop():
             out.result, out.detail = "deferred", "shutting down; recovery not started"

@@ -235,9 +235,12 @@ def _summary(verb_name: str, outcomes, dry_run: str) -> str:
     suffix = " (dry run)" if dry_run != "none" else ""
     if verb_name == "recover":
         stuck = [o for o in outcomes if o.row == "live-stuck"]
-        return (f"recovered {count('recovered')} of {len(stuck)} stuck HelmReleases, "
+        waiting = count("awaiting-retry")
+        return (f"recovered {count('recovered')} of {len(stuck) - waiting} stuck HelmReleases, "
                 f"{count('deferred')} deferred, {count('skipped')} skipped, "
-                f"{sum(o.failed for o in outcomes)} failed{suffix}")
+                f"{sum(o.failed for o in outcomes)} failed"
+                + (f"; {waiting} recovered earlier, awaiting helm-controller's retry"
+                   if waiting else "") + suffix)
     return (f"lifted {count('relinquished')} flux-plunger suspensions, "
             f"{sum(o.failed for o in outcomes)} failed{suffix}")
 

@@ -16,7 +16,6 @@ class Metrics:
         self.deferrals = 0
         self.errors = 0
         self.relists: Counter = Counter()      # by reason: initial, resync, expired, error
-        self.drain_held: int | None = None
         # gauges read at scrape time
         self.fences_held: Callable[[], int] = lambda: 0
         self.queue_depth: Callable[[], int] = lambda: 0

@@ -50,7 +50,7 @@ class WorkQueue:
     def __init__(self, *, backoff: Backoff | None = None,
                  clock: Callable[[], float] = time.monotonic):
         self._clock = clock
-        self._backoff = backoff or Backoff()
+        self._backoff = backoff if backoff is not None else Backoff()
         self._cond = threading.Condition()
         self._ready: deque[str] = deque()
         self._dirty: set[str] = set()

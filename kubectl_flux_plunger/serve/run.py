@@ -272,8 +272,7 @@ class Controller:
                               selector=cfg.selector, poll=min(1.0, cfg.fence_recheck),
                               metrics=self.metrics)
             still = (self.elector.is_leader if self.elector is not None else (lambda: True))
-            held = drainer.run(cfg.drain_timeout, still)
-            self.metrics.drain_held = held
+            drainer.run(cfg.drain_timeout, still)
             self._drain_running = False
         # 3. give the Lease up
         if self.elector is not None:

@@ -300,3 +300,15 @@ def test_unreachable_apiserver_is_one_line(plane, tmp_path):
     assert res.code == 1
     assert res.err.startswith("error: cannot reach the Kubernetes API") and \
         len(res.err.strip().splitlines()) == 1, res
+
+
+def test_recover_again_before_helm_controller_retried_is_not_a_failure(cli, cluster, ns):
+    stuck_release(cluster, ns, revisions=[(1, "uninstalling"), (2, "uninstalling")])
+    with SimulatedHelmController(cluster, ns):
+        first = cli("recover", "-n", ns)
+        assert first.code == 0 and "demo recovered" in first.out, first
+        second = cli("recover", "-n", ns)
+    assert second.code == 0, second
+    assert "demo awaiting-retry" in second.out
+    assert "1 recovered earlier, awaiting helm-controller's retry" in second.out
+    assert cluster.secret_names(ns, "demo") == ["sh.helm.release.v1.demo.v1"]   # not deleted

@@ -223,7 +223,7 @@ def test_already_processed_guard_stops_a_second_deletion_until_helm_controller_r
     assert executor.reconcile(ns, "demo").result == "recovered"
     # the old condition is still there; helm-controller has not retried the new generation
     again = executor.reconcile(ns, "demo")
-    assert again.result == "skipped" and "not retried" in again.detail, again
+    assert again.result == "awaiting-retry" and "not retried" in again.detail, again
     assert cluster.secret_names(ns, "demo") == ["sh.helm.release.v1.demo.v1"]
     # helm-controller retries the bumped generation and is still stuck on v1: delete it too
     hr = cluster.get(ns, "demo")

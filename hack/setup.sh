@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# One-time (idempotent) set-up on a fresh machine: a virtualenv with the package and its
+# test dependencies, and the real test binaries compiled from Go modules (cached outside
+# the work tree, keyed by version; rebuilt only when missing).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+log=$(mktemp)
+if ! { .venv/bin/python -m pip install --quiet --upgrade pip &&
+       .venv/bin/python -m pip install --quiet -e '.[serve,test,kind]'; } >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "error: installing the Python dependencies failed (log above)" >&2
+  exit 1
+fi
+rm -f "$log"
+
+if ! command -v go >/dev/null 2>&1 && [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
+  echo "error: Go >= 1.26 is needed to build the real kube-apiserver, etcd and helm-controller" \
+       "(or set KUBEBUILDER_ASSETS to envtest binaries)" >&2
+  exit 1
+fi
+# kube-apiserver, etcd, CRDs, helm-controller, krew (each built once, then cached)
+.venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest}

@@ -1,0 +1,591 @@
+"""controller/: the kustomize base and the Helm chart against the real apiserver, and the
+shipped RBAC exercised by the real commands.
+
+* `kubectl kustomize controller/kustomize` and `helm template controller/chart/flux-plunger`
+  (a real Helm v4 built from helm.sh/helm/v4) are applied with `kubectl apply --server-side`
+  and read back (there is no kubelet or controller-manager: Deployments and Jobs never run
+  pods; the apiserver's validation and defaulting are what is exercised).
+* Both renderings carry the same controller objects; the chart refuses shutdown grace
+  periods the drain cannot work with.
+* The exact verbs per resource of every shipped ClusterRole/Role are pinned.
+* `serve`, `release-fence` and controller/uninstall-cleanup.sh run with ServiceAccount
+  tokens bound to exactly the rules parsed from the rendered YAML: a full recovery and a
+  delete during recovery (simulated helm-controller steps) with zero Forbidden, and the
+  clean-up script reporting release-fence's own lines and exit codes.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger import ownership, writes
+from kubectl_flux_plunger.kube import JSON, KubeError
+from testplane import binaries
+from testplane.cluster import SimulatedHelmController, eventually, unique
+from testplane.plane import free_port
+from testplane.rbac import service_account_kubeconfig
+
+ROOT = Path(__file__).resolve().parents[2]
+KUSTOMIZE_DIR = ROOT / "controller" / "kustomize"
+CHART_DIR = ROOT / "controller" / "chart" / "flux-plunger"
+CLEANUP = ROOT / "controller" / "uninstall-cleanup.sh"
+VENV_BIN = str(Path(sys.executable).parent)
+
+SERVE_ARGS = ["serve", "--leader-elect", "--shutdown-drain-timeout=65s",
+              "--termination-grace-period=90", "--metrics-bind-address=:8080",
+              "--health-probe-bind-address=:8081", "--log-format=json"]
+
+# (apiGroup, resource) -> verbs, exactly (SPEC §9; the reference chart's RBAC)
+CONTROLLER_CLUSTER_RULES = {
+    ("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch", "update", "watch"],
+    ("", "secrets"): ["delete", "get", "list"],
+    ("", "events"): ["create", "patch"],
+}
+LEASE_RULES = {("coordination.k8s.io", "leases"):
+               ["create", "get", "list", "patch", "update", "watch"]}
+HOOK_CLUSTER_RULES = {("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch"]}
+HOOK_ROLE_RULES = {("apps", "deployments"): ["get"], ("apps", "deployments/scale"): ["patch"],
+                   ("", "pods"): ["get", "list", "watch"]}
+
+
+# -- rendering ------------------------------------------------------------------------
+
+def _docs(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def render_kustomize() -> list[dict]:
+    proc = subprocess.run(["kubectl", "kustomize", str(KUSTOMIZE_DIR)], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return _docs(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return binaries.ensure("helm")
+
+
+def helm_template(helm: Path, namespace: str = "flux-plunger", *sets: str,
+                  release: str = "flux-plunger") -> subprocess.CompletedProcess:
+    argv = [str(helm), "template", release, str(CHART_DIR), "--namespace", namespace]
+    for s in sets:
+        argv += ["--set-json", s]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, HELM_CACHE_HOME="/tmp/flux-plunger-helm-cache",
+                                   HELM_CONFIG_HOME="/tmp/flux-plunger-helm-config",
+                                   HELM_DATA_HOME="/tmp/flux-plunger-helm-data"))
+
+
+def render_chart(helm: Path, namespace: str = "flux-plunger", *sets: str) -> list[dict]:
+    proc = helm_template(helm, namespace, *sets)
+    assert proc.returncode == 0, proc.stderr
+    return _docs(proc.stdout)
+
+
+def find(docs: list[dict], kind: str, name: str) -> dict:
+    hits = [d for d in docs if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(hits) == 1, f"{kind}/{name}: {len(hits)} found in {[(d['kind'], d['metadata']['name']) for d in docs]}"
+    return hits[0]
+
+
+def verbs_by_resource(role: dict) -> dict[tuple[str, str], list[str]]:
+    out: dict[tuple[str, str], list[str]] = {}
+    for rule in role["rules"]:
+        for group in rule.get("apiGroups", []):
+            for res in rule.get("resources", []):
+                out.setdefault((group, res), [])
+                out[(group, res)] = sorted(set(out[(group, res)]) | set(rule["verbs"]))
+    return out
+
+
+def is_hook(doc: dict) -> bool:
+    return "helm.sh/hook" in (doc["metadata"].get("annotations") or {})
+
+
+# -- applying -------------------------------------------------------------------------
+
+def kubectl(plane, *args: str, stdin: str | None = None, kubeconfig=None,
+            check: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig or plane.kubeconfig))
+    proc = subprocess.run(["kubectl", *args], input=stdin, capture_output=True, text=True,
+                          env=env, timeout=120)
+    if check:
+        assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr}"
+    return proc
+
+
+def apply(plane, docs: list[dict], manager: str) -> str:
+    text = yaml.safe_dump_all(docs)
+    return kubectl(plane, "apply", "--server-side", "--force-conflicts",
+                   f"--field-manager={manager}", "-f", "-", stdin=text).stdout
+
+
+def live(plane, doc: dict) -> dict:
+    md = doc["metadata"]
+    args = ["get", doc["kind"].lower() + "." + (doc["apiVersion"].split("/")[0]
+                                                 if "/" in doc["apiVersion"] else ""),
+            md["name"], "-o", "yaml"]
+    args[1] = args[1].rstrip(".")
+    if md.get("namespace"):
+        args += ["-n", md["namespace"]]
+    return yaml.safe_load(kubectl(plane, *args).stdout)
+
+
+def assert_controller_deployment(dep: dict, *, grace: int = 90):
+    spec = dep["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "RollingUpdate",
+                                "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    pod = spec["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == grace
+    assert pod["serviceAccountName"] == "flux-plunger"
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    (c,) = pod["containers"]
+    assert c["args"][:5] == ["serve", "--leader-elect", f"--shutdown-drain-timeout={grace - 25}s",
+                             f"--termination-grace-period={grace}", "--metrics-bind-address=:8080"]
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert c["livenessProbe"]["httpGet"]["port"] == "health"
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+# -- the renderings -------------------------------------------------------------------
+
+def test_kustomize_base_applies_to_the_apiserver(plane):
+    docs = render_kustomize()
+    kinds = sorted((d["kind"], d["metadata"]["name"]) for d in docs)
+    assert kinds == sorted([
+        ("Namespace", "flux-plunger"), ("ServiceAccount", "flux-plunger"),
+        ("ClusterRole", "flux-plunger"), ("ClusterRoleBinding", "flux-plunger"),
+        ("Role", "flux-plunger-leader-election"), ("RoleBinding", "flux-plunger-leader-election"),
+        ("Deployment", "flux-plunger"), ("Service", "flux-plunger")])
+    out = apply(plane, docs, "test-kustomize")
+    assert out.count("serverside-applied") == len(docs), out
+    for doc in docs:
+        got = live(plane, doc)
+        assert got["metadata"]["uid"]
+    dep = live(plane, find(docs, "Deployment", "flux-plunger"))
+    assert_controller_deployment(dep)
+    assert dep["spec"]["template"]["spec"]["containers"][0]["args"] == SERVE_ARGS
+    crb = live(plane, find(docs, "ClusterRoleBinding", "flux-plunger"))
+    assert crb["subjects"] == [{"kind": "ServiceAccount", "name": "flux-plunger",
+                                "namespace": "flux-plunger"}]
+    svc = live(plane, find(docs, "Service", "flux-plunger"))
+    assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(8080, "metrics")]
+    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
+
+
+def test_chart_renders_with_real_helm_and_applies(plane, helm, cluster):
+    ns = cluster.namespace("chart")
+    docs = render_chart(helm, ns)
+    out = apply(plane, docs, "test-chart")
+    assert out.count("serverside-applied") == len(docs), out
+    for doc in docs:
+        assert live(plane, doc)["metadata"]["uid"]
+    dep = live(plane, find(docs, "Deployment", "flux-plunger"))
+    assert_controller_deployment(dep)
+    assert dep["metadata"]["namespace"] == ns
+    job = live(plane, find(docs, "Job", "flux-plunger-uninstall-cleanup"))
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert job["spec"]["backoffLimit"] == 0
+    pod = job["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["NAMESPACE"] == ns and env["DEPLOYMENT"] == "flux-plunger"
+    assert env["POD_WAIT"] == "100"
+    assert env["POD_SELECTOR"] == \
+        "app.kubernetes.io/name=flux-plunger,app.kubernetes.io/instance=flux-plunger"
+    # the pod-wait selector must not match the Job's own pod
+    job_labels = pod and job["spec"]["template"]["metadata"]["labels"]
+    assert job_labels["app.kubernetes.io/name"] != "flux-plunger"
+    assert pod["containers"][0]["image"] == dep["spec"]["template"]["spec"]["containers"][0]["image"]
+    cm = live(plane, find(docs, "ConfigMap", "flux-plunger-uninstall-cleanup"))
+    assert cm["data"]["uninstall-cleanup.sh"] == CLEANUP.read_text().rstrip("\n")
+
+
+def test_chart_and_kustomize_render_the_same_controller(helm):
+    kz = {(d["kind"], d["metadata"]["name"]): d for d in render_kustomize()}
+    ch = {(d["kind"], d["metadata"]["name"]): d for d in render_chart(helm)
+          if not is_hook(d)}
+    assert set(ch) == set(kz) - {("Namespace", "flux-plunger")}
+    for key in ("ClusterRole", "flux-plunger"), ("Role", "flux-plunger-leader-election"):
+        assert ch[key]["rules"] == kz[key]["rules"], key
+    for key in ("ClusterRoleBinding", "flux-plunger"), ("RoleBinding", "flux-plunger-leader-election"):
+        assert ch[key]["subjects"] == kz[key]["subjects"] and ch[key]["roleRef"] == kz[key]["roleRef"]
+
+    def pod(d):
+        p = copy.deepcopy(d["spec"]["template"]["spec"])
+        p["containers"][0].pop("image")
+        return p
+    assert pod(ch[("Deployment", "flux-plunger")]) == pod(kz[("Deployment", "flux-plunger")])
+    for field in ("replicas", "strategy", "selector"):
+        assert ch[("Deployment", "flux-plunger")]["spec"][field] == \
+            kz[("Deployment", "flux-plunger")]["spec"][field]
+    assert ch[("Service", "flux-plunger")]["spec"] == kz[("Service", "flux-plunger")]["spec"]
+
+
+@pytest.mark.parametrize("value, message", [
+    ("39", "must be between 40 and 140"), ("141", "must be between 40 and 140"),
+    ("90.5", "must be a whole number of seconds"), ('"soon"', "must be a whole number"),
+    ("true", "must be a whole number"), ("null", "must be a whole number"),
+])
+def test_chart_refuses_a_grace_period_the_drain_cannot_use(helm, value, message):
+    proc = helm_template(helm, "flux-plunger", f"shutdownGracePeriodSeconds={value}")
+    assert proc.returncode == 1
+    assert message in proc.stderr and "shutdownGracePeriodSeconds" in proc.stderr
+
+
+@pytest.mark.parametrize("grace", [40, 90, 140])
+def test_chart_derives_drain_and_hook_wait_from_the_grace_period(helm, grace):
+    docs = render_chart(helm, "flux-plunger", f"shutdownGracePeriodSeconds={grace}")
+    assert_controller_deployment(find(docs, "Deployment", "flux-plunger"), grace=grace)
+    job = find(docs, "Job", "flux-plunger-uninstall-cleanup")
+    env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["POD_WAIT"] == str(grace + 10)
+    # serve itself accepts the derived values (stop 10s + drain + 5s margin fit the grace)
+    from kubectl_flux_plunger.cli.serve import check_timings
+    assert check_timings(drain=grace - 25, stop=10, lease=15, renew=10, retry=2, grace=grace,
+                         resync=600, recheck=60, warn_after=600, handshake=30,
+                         leader_elect=True) is None
+
+
+# -- exact RBAC -----------------------------------------------------------------------
+
+def test_shipped_rbac_is_exactly_the_least_privilege_set(helm):
+    kz = render_kustomize()
+    ch = render_chart(helm)
+    for docs in (kz, ch):
+        assert verbs_by_resource(find(docs, "ClusterRole", "flux-plunger")) == CONTROLLER_CLUSTER_RULES
+        assert verbs_by_resource(find(docs, "Role", "flux-plunger-leader-election")) == LEASE_RULES
+        for rule in find(docs, "ClusterRole", "flux-plunger")["rules"]:
+            assert "resourceNames" not in rule and "nonResourceURLs" not in rule
+    hook_cr = find(ch, "ClusterRole", "flux-plunger-uninstall-cleanup")
+    hook_role = find(ch, "Role", "flux-plunger-uninstall-cleanup")
+    assert verbs_by_resource(hook_cr) == HOOK_CLUSTER_RULES
+    assert verbs_by_resource(hook_role) == HOOK_ROLE_RULES
+    for rule in hook_role["rules"]:
+        if rule["apiGroups"] == ["apps"]:
+            assert rule["resourceNames"] == ["flux-plunger"]
+    # nothing else is granted anywhere: every Role/ClusterRole is one of the above
+    roles = sorted((d["kind"], d["metadata"]["name"]) for d in kz + ch
+                   if d["kind"] in ("Role", "ClusterRole"))
+    assert roles == sorted([("ClusterRole", "flux-plunger"), ("Role", "flux-plunger-leader-election")] * 2
+                           + [("ClusterRole", "flux-plunger-uninstall-cleanup"),
+                              ("Role", "flux-plunger-uninstall-cleanup")])
+
+
+# -- the shipped RBAC, exercised ------------------------------------------------------
+
+def _rules(doc: dict) -> list[dict]:
+    return copy.deepcopy(doc["rules"])
+
+
+def run_tool(*args, kubeconfig, env=None, timeout=120) -> subprocess.CompletedProcess:
+    e = dict(os.environ)
+    e.pop("KUBECONFIG", None)
+    e.update({"KUBECONFIG": str(kubeconfig), "PATH": VENV_BIN + os.pathsep + e["PATH"]})
+    e.update(env or {})
+    return subprocess.run(list(args), capture_output=True, text=True, env=e, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def _stuck(cluster, ns, name="demo"):
+    cluster.create_hr(ns, name)
+    cluster.storage(ns, name, [(1, "deployed"), (2, "uninstalling")])
+    return cluster.make_stuck(ns, name)
+
+
+def _hold(cluster, ns, name="demo"):
+    """flux-plunger's hold as an interrupted recovery leaves it (SSA apply of the acquire
+    body by manager flux-plunger: suspension + fence)."""
+    return cluster.apply(writes.acquire_body(cluster.get(ns, name)), manager=C.FIELD_MANAGER)
+
+
+class ServeProcess:
+    def __init__(self, kubeconfig: Path, log: Path, *args: str):
+        self.metrics, self.probe = free_port(), free_port()
+        self.log = log
+        env = dict(os.environ)
+        env.pop("KUBECONFIG", None)
+        with open(log, "wb") as fh:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kubectl_flux_plunger", "serve",
+                 "--kubeconfig", str(kubeconfig),
+                 f"--metrics-bind-address=127.0.0.1:{self.metrics}",
+                 f"--health-probe-bind-address=127.0.0.1:{self.probe}",
+                 "--log-format=json", "--lease-duration=3s", "--renew-deadline=2s",
+                 "--retry-period=500ms", "--handshake-timeout=15s",
+                 "--shutdown-stop-timeout=5s", "--shutdown-drain-timeout=10s",
+                 "--fence-recheck-interval=500ms", *args],
+                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def controller_sa(plane, helm, ns):
+    """A kubeconfig for a ServiceAccount bound to exactly the shipped ClusterRole and, in
+    ``ns`` (the controller's namespace here), the shipped leader-election Role."""
+    docs = render_chart(helm, ns)
+    return service_account_kubeconfig(
+        plane, unique("fp"), namespace=ns,
+        cluster_rules=_rules(find(docs, "ClusterRole", "flux-plunger")),
+        namespace_rules={ns: _rules(find(docs, "Role", "flux-plunger-leader-election"))})
+
+
+def _forbidden(text: str) -> list[str]:
+    return [line for line in text.splitlines() if re.search(r"forbidden|403", line, re.I)]
+
+
+def _recovered(cluster, ns, name="demo") -> bool:
+    hr = cluster.get(ns, name)
+    return (hr is not None and f"sh.helm.release.v1.{name}.v2" not in cluster.secret_names(ns, name)
+            and not hr["spec"].get("suspend")
+            and C.FENCE not in (hr["metadata"].get("finalizers") or []))
+
+
+def test_serve_recovers_with_exactly_the_shipped_rbac(plane, cluster, ns, controller_sa, tmp_path):
+    _stuck(cluster, ns)
+    with SimulatedHelmController(cluster, ns):
+        serve = ServeProcess(controller_sa, tmp_path / "serve.log", "--leader-elect",
+                             f"--leader-election-namespace={ns}", "-n", ns)
+        try:
+            eventually(lambda: _recovered(cluster, ns), 60, "recovery under the shipped RBAC")
+            lease = cluster.kube.get_lease(ns, C.LEASE_NAME)
+            assert lease and lease["spec"].get("holderIdentity")
+        finally:
+            code = serve.stop()
+    logs = serve.text()
+    assert code == 0, logs
+    assert _forbidden(logs) == [], logs
+    assert cluster.secret_names(ns, "demo") == ["sh.helm.release.v1.demo.v1"]
+    assert (cluster.get(ns, "demo")["metadata"].get("annotations") or {}).get(
+        C.PROCESSED_ANNOTATION) == "2"
+    # the Lease was given up on the way out
+    assert not (cluster.kube.get_lease(ns, C.LEASE_NAME) or {}).get("spec", {}).get("holderIdentity")
+
+
+class DeletingHelmController(SimulatedHelmController):
+    """helm-controller's steps, plus a user deleting the release the moment flux-plunger's
+    suspension lands (before helm-controller acknowledged it): a delete during recovery."""
+
+    deleted = False
+
+    def step(self):
+        if not self.deleted:
+            hr = self.cluster.get(self.namespace, "demo")
+            if hr and hr["spec"].get("suspend") and ownership.owns_suspend(hr):
+                self.cluster.delete_hr(self.namespace, "demo")
+                self.deleted = True
+        super().step()
+
+
+def test_serve_carries_a_delete_during_recovery_through_the_uninstall_with_shipped_rbac(
+        plane, cluster, ns, controller_sa, tmp_path):
+    _stuck(cluster, ns)
+    with DeletingHelmController(cluster, ns) as hc:
+        serve = ServeProcess(controller_sa, tmp_path / "serve.log", "--no-leader-elect", "-n", ns)
+        try:
+            eventually(lambda: cluster.get(ns, "demo") is None, 60,
+                       "the deleted release to go after its uninstall")
+        finally:
+            code = serve.stop()
+    logs = serve.text()
+    assert hc.deleted, "the delete never landed during the recovery"
+    assert "demo" in hc.uninstalled, "helm-controller never ran the uninstall"
+    assert cluster.secret_names(ns, "demo") == []
+    assert code == 0, logs
+    assert _forbidden(logs) == [], logs
+
+
+# -- release-fence and the uninstall clean-up under the hook's RBAC --------------------
+
+@pytest.fixture
+def hook_sa(plane, helm):
+    """``hook_sa(ns)``: a kubeconfig bound to exactly the chart's hook ClusterRole, and its
+    Role in ``ns``."""
+    def _make(ns: str, role_in: str | None = None) -> Path:
+        docs = render_chart(helm, ns)
+        return service_account_kubeconfig(
+            plane, unique("hook"), namespace=ns,
+            cluster_rules=_rules(find(docs, "ClusterRole", "flux-plunger-uninstall-cleanup")),
+            namespace_rules={role_in or ns: _rules(find(docs, "Role", "flux-plunger-uninstall-cleanup"))})
+    return _make
+
+
+def _deployment(plane, ns: str, replicas: int = 1) -> None:
+    dep = copy.deepcopy(find(render_kustomize(), "Deployment", "flux-plunger"))
+    dep["metadata"]["namespace"] = ns
+    dep["spec"]["replicas"] = replicas
+    apply(plane, [dep], "test-deployment")
+
+
+def _replicas(plane, ns: str) -> int:
+    return live(plane, {"kind": "Deployment", "apiVersion": "apps/v1",
+                        "metadata": {"name": "flux-plunger", "namespace": ns}})["spec"]["replicas"]
+
+
+def _fenced_release(cluster, ns, name="demo"):
+    cluster.create_hr(ns, name)
+    return _hold(cluster, ns, name)
+
+
+def cleanup(ns: str, kubeconfig: Path, *args: str, **env) -> subprocess.CompletedProcess:
+    e = {"NAMESPACE": ns, "HR_SCOPE": f"--namespace {ns}", "POD_WAIT": "5",
+         "RETRY_WINDOW": "4", **env}
+    return run_tool("/bin/sh", str(CLEANUP), *args, kubeconfig=kubeconfig, env=e)
+
+
+def release_fence(ns: str, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess:
+    return run_tool("kubectl-flux_plunger", "release-fence", "--namespace", ns, *args,
+                    kubeconfig=kubeconfig)
+
+
+def _norm(text: str, ns: str) -> list[str]:
+    return [line.replace(ns, "NS") for line in text.splitlines() if line.strip()]
+
+
+def test_uninstall_cleanup_stops_the_controller_and_releases_like_release_fence(
+        plane, cluster, hook_sa):
+    a, b = cluster.namespace("hook"), cluster.namespace("hook")
+    for ns in (a, b):
+        _deployment(plane, ns)
+        _fenced_release(cluster, ns, "demo")
+        _fenced_release(cluster, ns, "other")
+        cluster.apply({"apiVersion": C.HR_API_VERSION, "kind": C.HR_KIND,
+                       "metadata": {"name": "other", "namespace": ns}, "spec": {"suspend": True}},
+                      manager="migration")  # another manager co-owns spec.suspend
+    script = cleanup(a, hook_sa(a), "--retry-window=5s")
+    direct = release_fence(b, hook_sa(b), "--retry-window=5s")
+    for proc in (script, direct):
+        assert _forbidden(proc.stdout + proc.stderr) == [], proc
+    assert script.returncode == direct.returncode == 0, (script, direct)
+    out = _norm(script.stdout, a)
+    assert out[0] == "scaled Deployment NS/flux-plunger to zero"
+    assert out[1:] == _norm(direct.stdout, b)
+    assert "released the uninstall fence from NS/demo" in out
+    assert out[-1] == "released 2 of 2 fenced HelmReleases, 0 without an uninstall"
+    assert _norm(script.stderr, a) == _norm(direct.stderr, b) == []
+    assert _replicas(plane, a) == 0
+    for ns in (a, b):
+        demo, other = cluster.get(ns, "demo"), cluster.get(ns, "other")
+        assert C.FENCE not in demo["metadata"]["finalizers"] and not demo["spec"].get("suspend")
+        # the co-owned suspension is left alone; only the fence went
+        assert C.FENCE not in other["metadata"]["finalizers"] and other["spec"]["suspend"] is True
+
+
+POLICY = """\
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {{name: {name}}}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ["helm.toolkit.fluxcd.io"]
+      apiVersions: ["*"]
+      operations: ["UPDATE"]
+      resources: ["helmreleases"]
+  validations:
+  - expression: "!(has(oldObject.spec.suspend) && oldObject.spec.suspend) || (has(object.spec.suspend) && object.spec.suspend)"
+    message: a change freeze holds every suspension
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {{name: {name}}}
+spec:
+  policyName: {name}
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels: {{kubernetes.io/metadata.name: {ns}}}
+"""
+
+
+def test_uninstall_cleanup_fails_like_release_fence_while_a_fence_remains(plane, cluster, hook_sa):
+    """A validating admission policy (a 'change freeze') refuses to lift suspensions in two
+    namespaces: flux-plunger's suspension cannot be lifted, so its fence must stay (without
+    it a deleted, still-suspended release would go without an uninstall)."""
+    a, b = cluster.namespace("freeze"), cluster.namespace("freeze")
+    for ns in (a, b):
+        _deployment(plane, ns)
+        _fenced_release(cluster, ns)
+        name = unique("freeze")
+        kubectl(plane, "apply", "-f", "-", stdin=POLICY.format(name=name, ns=ns))
+
+    def denied():
+        hr = cluster.get(a, "demo")
+        try:
+            cluster.kube.request("PATCH", "PATCH", f"/apis/helm.toolkit.fluxcd.io/v2/namespaces/{a}/helmreleases/demo",
+                                 body=[{"op": "replace", "path": "/spec/suspend", "value": False}],
+                                 content_type="application/json-patch+json", query={"dryRun": "All"})
+        except KubeError as exc:
+            return exc.status == 422 or "freeze" in str(exc)
+        return hr is None
+    eventually(denied, 20, "the admission policy to be in force")
+
+    script = cleanup(a, hook_sa(a), "--retry-window=2s")
+    direct = release_fence(b, hook_sa(b), "--retry-window=2s")
+    assert script.returncode == direct.returncode == 1, (script, direct)
+    assert _forbidden(script.stdout + script.stderr) == [], script
+    out = _norm(script.stdout, a)
+    assert out == ["scaled Deployment NS/flux-plunger to zero", *_norm(direct.stdout, b)]
+    assert out[-1] == "released 0 of 1 fenced HelmReleases, 0 without an uninstall"
+    errs = _norm(script.stderr, a)
+    assert errs == _norm(direct.stderr, b)
+    assert errs and errs[0].startswith("NOT released NS/demo:"), errs
+    for ns in (a, b):
+        hr = cluster.get(ns, "demo")
+        assert C.FENCE in hr["metadata"]["finalizers"] and hr["spec"]["suspend"] is True
+
+
+def test_uninstall_cleanup_touches_no_fence_when_it_cannot_stop_the_controller(
+        plane, cluster, hook_sa):
+    """The hook's Role is bound in another namespace: the Deployment cannot be read, so the
+    script must exit 1 before any HelmRelease is touched."""
+    ns, elsewhere = cluster.namespace("nostop"), cluster.namespace("nostop")
+    _deployment(plane, ns)
+    _fenced_release(cluster, ns)
+    proc = cleanup(ns, hook_sa(ns, role_in=elsewhere), "--retry-window=2s", RETRY_WINDOW="2")
+    assert proc.returncode == 1, proc
+    assert proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1] == \
+        f"error: could not read Deployment {ns}/flux-plunger; no fence was touched"
+    hr = cluster.get(ns, "demo")
+    assert C.FENCE in hr["metadata"]["finalizers"] and hr["spec"]["suspend"] is True
+    assert _replicas(plane, ns) == 1
+
+
+def test_uninstall_cleanup_without_a_deployment_still_releases(plane, cluster, hook_sa):
+    ns = cluster.namespace("nodeploy")
+    _fenced_release(cluster, ns)
+    proc = cleanup(ns, hook_sa(ns), "--retry-window=5s")
+    assert proc.returncode == 0, proc
+    assert proc.stdout.splitlines() == [
+        f"no Deployment {ns}/flux-plunger; nothing to stop",
+        f"released the uninstall fence from {ns}/demo",
+        "released 1 of 1 fenced HelmReleases, 0 without an uninstall"]

@@ -1,0 +1,260 @@
+"""The serve work queue: de-duplication, serial per key, requeue-after timers, exponential
+backoff, shutdown — on a fake clock (plus the pure start-up checks of the serve flags)."""
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from kubectl_flux_plunger.serve.queue import Backoff, WorkQueue
+
+pytestmark = pytest.mark.unit
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock():
+    return Clock()
+
+
+@pytest.fixture
+def q(clock):
+    return WorkQueue(backoff=Backoff(1.0, 8.0), clock=clock)
+
+
+def drain(q) -> list[str]:
+    out = []
+    while (key := q.get(timeout=0)) is not None:
+        out.append(key)
+        q.done(key)
+    return out
+
+
+def test_a_key_is_queued_once(q):
+    for _ in range(5):
+        q.add("ns/a")
+    q.add("ns/b")
+    assert len(q) == 2
+    assert drain(q) == ["ns/a", "ns/b"]
+    assert q.get(timeout=0) is None
+
+
+def test_a_key_in_processing_is_not_handed_out_twice_but_requeued_after_done(q):
+    q.add("ns/a")
+    assert q.get(timeout=0) == "ns/a"
+    q.add("ns/a")                        # changed while being processed
+    assert q.get(timeout=0) is None      # serial per key: no second worker gets it
+    assert q.contains("ns/a")
+    q.done("ns/a")
+    assert q.get(timeout=0) == "ns/a"    # processed again afterwards
+    q.done("ns/a")
+    assert q.get(timeout=0) is None
+
+
+def test_keys_are_parallel_across_keys(q):
+    q.add("ns/a")
+    q.add("ns/b")
+    assert {q.get(timeout=0), q.get(timeout=0)} == {"ns/a", "ns/b"}
+    assert q.processing() == 2
+
+
+def test_add_after_fires_when_due_and_the_earliest_timer_wins(q, clock):
+    q.add_after("ns/a", 60)
+    q.add_after("ns/a", 10)              # earlier: replaces
+    q.add_after("ns/a", 30)              # later: ignored
+    assert q.waiting() == 1 and len(q) == 0
+    clock.advance(9.9)
+    assert q.get(timeout=0) is None
+    clock.advance(0.2)
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a")
+    clock.advance(100)
+    assert q.get(timeout=0) is None      # the replaced 60s timer does not fire again
+    assert q.waiting() == 0
+
+
+def test_add_after_zero_is_an_add(q):
+    q.add_after("ns/a", 0)
+    assert q.get(timeout=0) == "ns/a"
+
+
+def test_a_timer_for_a_queued_key_does_not_duplicate_it(q, clock):
+    q.add("ns/a")
+    q.add_after("ns/a", 1)
+    clock.advance(2)
+    assert drain(q) == ["ns/a"]
+
+
+def test_exponential_backoff_is_capped_and_forget_resets_it(q, clock):
+    delays = []
+    for _ in range(6):
+        delays.append(q.add_rate_limited("ns/a"))
+        clock.advance(delays[-1])
+        assert q.get(timeout=0) == "ns/a"
+        q.done("ns/a")
+    assert delays == [1, 2, 4, 8, 8, 8]
+    assert q.failures("ns/a") == 6
+    q.forget("ns/a")
+    assert q.failures("ns/a") == 0
+    assert q.add_rate_limited("ns/a") == 1
+
+
+def test_backoff_is_per_key(q):
+    q.add_rate_limited("ns/a")
+    q.add_rate_limited("ns/a")
+    assert q.add_rate_limited("ns/b") == 1
+    assert q.failures("ns/a") == 2
+
+
+def test_backoff_refuses_a_nonsense_configuration():
+    with pytest.raises(ValueError):
+        Backoff(0, 1)
+    with pytest.raises(ValueError):
+        Backoff(5, 1)
+
+
+def test_a_backoff_timer_does_not_postpone_an_earlier_requeue(q, clock):
+    q.add_after("ns/a", 2)
+    for _ in range(4):
+        q.add_rate_limited("ns/a")       # 1, 2, 4, 8: only the 1s one counts
+    clock.advance(1)
+    assert q.get(timeout=0) == "ns/a"
+
+
+def test_shutdown_stops_handing_out_work(q, clock):
+    q.add("ns/a")
+    q.add_after("ns/b", 1)
+    q.shutdown()
+    clock.advance(5)
+    assert q.get(timeout=0) is None
+    q.add("ns/c")                        # ignored once shut down
+    assert len(q) == 1 and not q.contains("ns/c")
+    assert q.shutting_down
+
+
+def test_shutdown_wakes_blocked_workers():
+    q = WorkQueue()
+    got = []
+    workers = [threading.Thread(target=lambda: got.append(q.get())) for _ in range(3)]
+    for w in workers:
+        w.start()
+    time.sleep(0.05)
+    q.shutdown()
+    for w in workers:
+        w.join(2)
+        assert not w.is_alive()
+    assert got == [None, None, None]
+
+
+def test_a_blocked_worker_wakes_for_a_timer_on_the_real_clock():
+    q = WorkQueue()
+    q.add_after("ns/a", 0.05)
+    started = time.monotonic()
+    assert q.get(timeout=2) == "ns/a"
+    assert time.monotonic() - started < 1.5
+
+
+def test_a_blocked_worker_wakes_for_an_add():
+    q = WorkQueue()
+    got = []
+    t = threading.Thread(target=lambda: got.append(q.get(timeout=5)))
+    t.start()
+    time.sleep(0.05)
+    q.add("ns/a")
+    t.join(2)
+    assert got == ["ns/a"]
+
+
+def test_get_with_a_timeout_returns_none(q):
+    assert q.get(timeout=0) is None
+
+
+def test_many_workers_never_process_one_key_at_once():
+    q = WorkQueue()
+    active: dict[str, int] = {}
+    overlap = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def worker():
+        while (key := q.get()) is not None:
+            with lock:
+                active[key] = active.get(key, 0) + 1
+                if active[key] > 1:
+                    overlap.append(key)
+            time.sleep(0.001)
+            with lock:
+                active[key] -= 1
+            q.done(key)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for i in range(400):
+        q.add(f"ns/{i % 5}")
+    deadline = time.monotonic() + 5
+    while (len(q) or q.processing()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stop.set()
+    q.shutdown()
+    for t in threads:
+        t.join(2)
+    assert overlap == []
+
+
+# -- the serve flags' start-up checks (pure) ---------------------------------------------
+
+def _timings(**over):
+    from kubectl_flux_plunger.cli.serve import check_timings
+    base = dict(drain=60, stop=10, lease=15, renew=10, retry=2, grace=None, resync=600,
+                recheck=60, warn_after=600, handshake=30, leader_elect=True)
+    base.update(over)
+    return check_timings(**base)
+
+
+def test_default_timings_are_accepted():
+    assert _timings() is None
+    assert _timings(grace=75) is None
+
+
+@pytest.mark.parametrize("over,needle", [
+    ({"drain": 0}, "--shutdown-drain-timeout must be positive"),
+    ({"stop": -1}, "--shutdown-stop-timeout must be positive"),
+    ({"renew": 15}, "--renew-deadline (15s) must be shorter"),
+    ({"retry": 9}, "times 1.2"),
+    ({"grace": 74}, "exceeds --termination-grace-period (74s)"),
+    ({"grace": 0}, "--termination-grace-period must be positive"),
+])
+def test_impossible_timings_are_named(over, needle):
+    assert needle in (_timings(**over) or "")
+
+
+def test_lease_relations_do_not_matter_without_leader_election():
+    assert _timings(renew=20, leader_elect=False) is None
+
+
+@pytest.mark.parametrize("value,expected", [
+    (":8080", ("", 8080)), ("127.0.0.1:9000", ("127.0.0.1", 9000)), ("0", None),
+    ("[::1]:8081", ("::1", 8081)),
+])
+def test_bind_addresses(value, expected):
+    from kubectl_flux_plunger.serve.health import parse_bind_address
+    assert parse_bind_address(value, "--x") == expected
+
+
+@pytest.mark.parametrize("value", ["8080", "host:port", ":70000", ""])
+def test_bad_bind_addresses(value):
+    from kubectl_flux_plunger.serve.health import parse_bind_address
+    with pytest.raises(ValueError):
+        parse_bind_address(value, "--x")
