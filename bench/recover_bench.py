@@ -120,7 +120,7 @@ def main() -> int:
         cluster.storage(ns, "one", [(1, "superseded")])
         make_stuck(cluster, ns, "one")
         k = plane.kube()
-        out = Executor(k, Recorder(k), options=Options(handshake_poll=0.02)).reconcile(ns, "one")
+        out = Executor(k, Recorder(k), options=Options()).reconcile(ns, "one")
         counts = k.stats.snapshot()
         polls = max(counts.get("GET", 0) - 2, 0)
         print(f"requests per recovery: {k.stats.total()} total ({out.result}) = {counts}; "

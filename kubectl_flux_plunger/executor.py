@@ -62,7 +62,7 @@ class Options:
     fence_warn_after: float = C.FENCE_HELD_WARN_SECONDS
     fence_recheck: float = C.FENCE_RECHECK_SECONDS
     handshake_timeout: float = 30.0   # wait for helm-controller to observe our suspension
-    handshake_poll: float = 0.25
+    handshake_window: float = 5.0       # one watch window while waiting (stop is checked between)
     allow_recover: bool = True        # resume-owned / drain never start a recovery
 
 
@@ -362,22 +362,52 @@ class Executor:
         raise KubeError(409, "Conflict", "the release kept changing during recovery")
 
     def _await_handshake(self, hr: dict) -> dict | None:
-        """Re-read; then wait (bounded) until helm-controller has observed the suspended
-        generation, so it is not mid-action when the revision goes.  Returns the last read
+        """The re-read before the delete.  While helm-controller has not observed the
+        suspended generation, the re-read is a watch of this one release from the rv of our
+        last write (bounded), so the revision never goes while it may be mid-action and the
+        state acted on is the newest; otherwise it is a GET.  Returns the last state seen
         (None when gone)."""
-        deadline = time.monotonic() + self.opt.handshake_timeout
-        if self.kube.dry_run:
-            return self._fresh(hr)   # nothing was persisted: there is nothing to observe
-        while True:
+        if self.kube.dry_run or not detect.observed_lags(hr):
             fresh = self._fresh(hr)
-            if fresh is None or detect.is_terminating(fresh) or not detect.observed_lags(fresh):
-                return fresh
-            if time.monotonic() >= deadline:
-                return fresh
+        else:
+            fresh = hr
+        if self.kube.dry_run:
+            return fresh   # nothing was persisted: there is nothing to observe
+        deadline = time.monotonic() + self.opt.handshake_timeout
+        while (fresh is not None and not detect.is_terminating(fresh)
+               and detect.observed_lags(fresh)):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
             if self.should_stop():
                 raise Stopped()
-            time.sleep(self.opt.handshake_poll)
+            fresh = self._watch_one(fresh, min(remaining, self.opt.handshake_window))
+        return fresh
 
+    def _watch_one(self, hr: dict, window: float) -> dict | None:
+        """Follow one release for up to ``window`` seconds from the rv we last saw; return
+        its newest state once helm-controller has observed it (or it is going)."""
+        md = hr["metadata"]
+        current = hr
+        try:
+            for ev in self.kube.watch_hrs(md["namespace"], None, md["resourceVersion"],
+                                          timeout_seconds=max(1, int(window + 0.999)),
+                                          field_selector=f"metadata.name={md['name']}"):
+                kind, obj = ev.get("type"), ev.get("object") or {}
+                if kind == "DELETED":
+                    return None
+                if kind == "ERROR":
+                    return self._fresh(current)      # e.g. 410: re-read and go on
+                if kind in ("ADDED", "MODIFIED"):
+                    if obj["metadata"].get("uid") != md.get("uid"):
+                        return None
+                    current = obj
+                    if detect.is_terminating(obj) or not detect.observed_lags(obj):
+                        return obj
+        except KubeError:
+            time.sleep(0.2)
+            return self._fresh(current)
+        return current
 
 def _object_missing(exc: KubeError) -> bool:
     details = exc.body.get("details") or {}

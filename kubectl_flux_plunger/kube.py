@@ -262,11 +262,13 @@ class Kube:
                 return
 
     def watch_hrs(self, namespace: str | None, label_selector: str | None,
-                  resource_version: str, timeout_seconds: int = 300) -> Iterator[dict]:
+                  resource_version: str, timeout_seconds: int = 300,
+                  field_selector: str | None = None) -> Iterator[dict]:
         """Stream watch events (dicts with ``type`` and ``object``) with bookmarks.
         A 410 arrives as an ERROR event or as a KubeError(status=410)."""
         resp = self.request("WATCH", "GET", hr_path(namespace), query={
             "watch": "true", "allowWatchBookmarks": "true", "labelSelector": label_selector,
+            "fieldSelector": field_selector,
             "resourceVersion": resource_version, "timeoutSeconds": timeout_seconds},
             stream=True, timeout=timeout_seconds + 30)
         buf = b""

@@ -19,7 +19,7 @@ def make_executor(plane):
         k = plane.kube()
         made.append(k)
         opts.setdefault("handshake_timeout", 10)
-        opts.setdefault("handshake_poll", 0.05)
+        opts.setdefault("handshake_window", 1.0)
         kw = {}
         if clock:
             kw["clock"] = clock
