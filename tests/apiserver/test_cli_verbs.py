@@ -17,7 +17,7 @@ from .conftest import hold, stuck_release
 # What the one-shot verbs need, and nothing more (same as the controller's ClusterRole).
 CLI_RULES = [
     {"apiGroups": ["helm.toolkit.fluxcd.io"], "resources": ["helmreleases"],
-     "verbs": ["get", "list", "patch"]},
+     "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "create", "patch"]},
 ]
