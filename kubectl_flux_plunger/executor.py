@@ -404,7 +404,9 @@ class Executor:
                     current = obj
                     if detect.is_terminating(obj) or not detect.observed_lags(obj):
                         return obj
-        except KubeError:
+        except KubeError as exc:
+            log.warning("watching %s/%s for helm-controller's handshake failed (%s); "
+                        "re-reading instead", md["namespace"], md["name"], exc)
             time.sleep(0.2)
             return self._fresh(current)
         return current
