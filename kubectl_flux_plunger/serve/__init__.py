@@ -1,1 +1,12 @@
-"""``serve``: the same core as the one-shot verbs, run continuously by a watch loop."""
+"""``serve``: the same core as the one-shot verbs, run continuously by a watch loop.
+
+* :mod:`.watch`  — list + watch of HelmReleases (bookmarks, relist on 410, periodic resync),
+  the SPEC §8 predicate, keys only (no object cache);
+* :mod:`.queue`  — de-duplicating per-key work queue: serial per key, requeue-after timers,
+  exponential backoff;
+* :mod:`.leader` — Lease leader election (client-go semantics, released on a clean stop);
+* :mod:`.drain`  — leave nothing suspended or fenced by us on shutdown;
+* :mod:`.health`, :mod:`.metrics` — /healthz, /readyz, /metrics;
+* :mod:`.logs`   — text or JSON log lines;
+* :mod:`.run`    — the wiring and the shutdown sequence.
+"""

@@ -18,7 +18,7 @@ from ..detect import is_fenced, is_suspended
 from ..kube import KubeError
 from ..ownership import owns_suspend
 from .logs import fields
-from .watch import key_of
+from .watch import PAGE_SIZE, key_of
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class Drainer:
 
     def _list(self) -> list[str]:
         keys: list[str] = []
-        for items, _ in self.kube.iter_hr_pages(self.namespace, self.selector):
+        for items, _ in self.kube.iter_hr_pages(self.namespace, self.selector, PAGE_SIZE):
             keys.extend(key_of(hr) for hr in items if ours(hr))
         return keys
 

@@ -80,8 +80,11 @@ class Controller:
                 lease_duration=cfg.lease_duration, renew_deadline=cfg.renew_deadline,
                 retry_period=cfg.retry_period, on_started=self._started_leading,
                 on_lost=self._lost)
+        # An in-flight recovery notices a stop between handshake watch windows: keep a window
+        # well inside the stop bound so SIGTERM aborts it before the delete, in time.
+        window = max(0.5, min(5.0, cfg.stop_timeout / 4))
         opts = dict(fence_warn_after=cfg.fence_warn_after, fence_recheck=cfg.fence_recheck,
-                    handshake_timeout=cfg.handshake_timeout)
+                    handshake_timeout=cfg.handshake_timeout, handshake_window=window)
         self.executor = Executor(kube, self.recorder, options=Options(**opts),
                                  should_stop=self._should_stop)
         self.drain_executor = Executor(kube, self.recorder,
@@ -90,6 +93,7 @@ class Controller:
         self._workers_lock = threading.Lock()
         self.wake = threading.Event()
         self.signals = 0
+        self._drain_running = False                      # the leader gauge stays 1 meanwhile
         self._logged: dict[str, tuple[str, str]] = {}   # key -> last (result, detail) at info
         self._logged_lock = threading.Lock()
         self.metrics.fences_held = self.watcher.fences_held
@@ -104,8 +108,6 @@ class Controller:
         if self.elector is None:
             return not self.stopping.is_set() or self._drain_running
         return self.elector.is_leader()
-
-    _drain_running = False
 
     def ever_led(self) -> bool:
         return self.elector is None or self.elector.ever_led

@@ -13,10 +13,10 @@ LEASE_SECONDS = 3.0     # FAST's --lease-duration
 RETRY_SECONDS = 0.5     # FAST's --retry-period
 
 
-def _pair(serve, ns, kube):  # noqa: F811
-    a = serve("-n", ns, "--leader-election-namespace", ns, *FAST, name="first")
+def _pair(serve, ns, kube, *extra):  # noqa: F811
+    a = serve("-n", ns, "--leader-election-namespace", ns, *FAST, *extra, name="first")
     eventually(a.leads, 30, "the first instance leads")
-    b = serve("-n", ns, "--leader-election-namespace", ns, *FAST, name="second")
+    b = serve("-n", ns, "--leader-election-namespace", ns, *FAST, *extra, name="second")
     eventually(b.ready, 30, "the second instance ready (a synced follower)")
     assert holder(kube, ns) == a.identity
     assert b.metric("flux_plunger_leader") == 0.0
@@ -38,7 +38,8 @@ def test_only_the_leader_acts(cluster, kube, ns, serve):  # noqa: F811
 
 
 def test_sigterm_hands_the_lease_over_at_once(cluster, kube, ns, serve):  # noqa: F811
-    a, b = _pair(serve, ns, kube)
+    # a long Lease: a hand-over within the bound cannot come from expiry
+    a, b = _pair(serve, ns, kube, "--lease-duration", "15s", "--renew-deadline", "5s")
     a.signal(signal.SIGTERM)
     assert a.wait(30) == 0
     exited = time.monotonic()
@@ -67,3 +68,18 @@ def test_sigkill_the_follower_waits_for_the_lease_to_expire(cluster, kube, ns, s
         f"took over after {took:.2f}s, before the {LEASE_SECONDS}s Lease expired"
     assert took < LEASE_SECONDS + 3.0, f"took over only after {took:.2f}s"
     assert not a.logged("released the Lease")
+
+
+def test_a_leader_that_lost_the_lease_stops_without_draining(cluster, kube, ns, serve):  # noqa: F811
+    a, b = _pair(serve, ns, kube)
+    a.signal(signal.SIGSTOP)            # frozen: no renewals
+    try:
+        eventually(lambda: holder(kube, ns) == b.identity, 20, "the follower took over")
+    finally:
+        a.signal(signal.SIGCONT)
+    # on waking, its last renewal is older than the renew deadline: it has lost the Lease and
+    # must neither act nor drain (the new leader owns the fences now)
+    assert a.wait(20) == 1
+    assert a.logged("lost the Lease")
+    assert not a.logged("drain: ")
+    assert holder(kube, ns) == b.identity
