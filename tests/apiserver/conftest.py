@@ -6,6 +6,7 @@ import pytest
 from kubectl_flux_plunger import constants as C
 from kubectl_flux_plunger import writes
 from kubectl_flux_plunger.events import Recorder
+from kubectl_flux_plunger.kube import KubeError
 from kubectl_flux_plunger.executor import Executor, Options
 from testplane.cluster import SimulatedHelmController
 
@@ -46,13 +47,19 @@ def hc(cluster, ns):
 def hold(cluster, ns, name="demo", *, fence=True, suspend=True):
     """Make flux-plunger hold ``ns/name`` as a crashed recovery would: an SSA apply by
     manager flux-plunger of spec.suspend (and the fence)."""
-    hr = cluster.get(ns, name)
-    body = writes.acquire_body(hr)
-    if not fence:
-        body["metadata"].pop("finalizers")
-    if not suspend:
-        body.pop("spec")
-    return cluster.apply(body, manager=C.FIELD_MANAGER)
+    for _ in range(10):   # a controller's status write may land between read and apply
+        hr = cluster.get(ns, name)
+        body = writes.acquire_body(hr)
+        if not fence:
+            body["metadata"].pop("finalizers")
+        if not suspend:
+            body.pop("spec")
+        try:
+            return cluster.apply(body, manager=C.FIELD_MANAGER)
+        except KubeError as exc:
+            if not exc.conflict:
+                raise
+    raise AssertionError(f"could not hold {ns}/{name}: it kept changing")
 
 
 def stuck_release(cluster, ns, name="demo", revisions=((1, "superseded"), (2, "uninstalling")),

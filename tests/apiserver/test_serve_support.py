@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import writes
 from testplane.plane import free_port
+
+from .conftest import hold, stuck_release  # noqa: F401 - shared with the serve tests
 
 # Fast timings: every duration the controller has is a flag.
 FAST = ("--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period", "500ms",
@@ -151,24 +152,10 @@ def holder(kube, namespace: str) -> str:
     return ((got or {}).get("spec") or {}).get("holderIdentity") or ""
 
 
-def hold(cluster, ns: str, name: str, *, fence: bool = True, suspend: bool = True) -> dict:
-    """flux-plunger's own hold on a release, as an interrupted recovery leaves it: an SSA
-    apply by manager flux-plunger of the acquire body."""
-    hr = cluster.get(ns, name)
-    body = writes.acquire_body(hr)
-    if not fence:
-        body["metadata"].pop("finalizers")
-    if not suspend:
-        body.pop("spec")
-    return cluster.apply(body, manager=C.FIELD_MANAGER)
-
-
 def stuck(cluster, ns: str, name: str, *, labels: dict | None = None,
           revisions=((1, "superseded"), (2, "uninstalling"))) -> dict:
     """A stuck HelmRelease whose newest Helm revision is ``uninstalling``, none deployed."""
-    cluster.create_hr(ns, name, labels=labels)
-    cluster.storage(ns, name, list(revisions))
-    return cluster.make_stuck(ns, name)
+    return stuck_release(cluster, ns, name, revisions=revisions, labels=labels)
 
 
 def recovered(cluster, ns: str, name: str) -> bool:

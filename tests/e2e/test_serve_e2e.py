@@ -1,0 +1,55 @@
+"""``serve`` against the real helm-controller: it recovers a stuck release on its own, and a
+delete of a release flux-plunger holds still reaches the Helm uninstall."""
+from __future__ import annotations
+
+import signal
+
+from kubectl_flux_plunger import constants as C
+from testplane.cluster import eventually
+from testplane.helmctl import ready
+
+from tests.apiserver.conftest import hold
+from tests.apiserver.test_serve_support import FAST, serve  # noqa: F401 - fixture
+
+from .conftest import wait_ready
+from .test_helm_controller_facts import configmap
+from .test_recover_e2e import make_stuck
+
+
+def test_serve_recovers_a_stuck_release_on_its_own(installed, cluster, ns, serve):  # noqa: F811
+    make_stuck(installed, cluster, ns)
+    s = serve("-n", ns, "--no-leader-elect", *FAST)
+    wait_ready(cluster, ns, timeout=120)
+    hr = cluster.get(ns, "demo")
+    assert ready(hr)[1] == "InstallSucceeded"
+    assert hr["metadata"]["annotations"][C.PROCESSED_ANNOTATION] == "1"
+    assert hr["spec"].get("suspend") is None and C.FENCE not in hr["metadata"]["finalizers"]
+    assert [x["metadata"]["labels"]["status"] for x in
+            cluster.kube.list_secrets(ns, "owner=helm,name=demo")] == ["deployed"]
+    eventually(lambda: (s.metric("flux_plunger_recoveries_total", result="recovered") or 0) >= 1,
+               20, "the recovery to be counted")
+
+
+def test_serve_carries_a_delete_of_a_held_release_through_the_uninstall(
+        installed, cluster, ns, serve, helm_controller):  # noqa: F811
+    """A crash left flux-plunger's suspension on a healthy release; it is then deleted while
+    helm-controller is paused. serve lifts the suspension keeping the fence, helm-controller
+    uninstalls, and only then the fence goes."""
+    installed()
+    hold(cluster, ns)
+    gen = cluster.get(ns, "demo")["metadata"]["generation"]
+    eventually(lambda: cluster.get(ns, "demo")["status"].get("observedGeneration") == gen, 30,
+               "helm-controller to observe the suspension")
+    proc = helm_controller.process.proc
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        cluster.delete_hr(ns, "demo")
+        serve("-n", ns, "--no-leader-elect", *FAST)
+        eventually(lambda: cluster.get(ns, "demo")["spec"].get("suspend") is None, 30,
+                   "serve to lift its suspension")
+        assert C.FENCE in cluster.get(ns, "demo")["metadata"]["finalizers"]
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    eventually(lambda: cluster.get(ns, "demo") is None, 60, "the release to go")
+    assert configmap(cluster, ns, "demo-cm") is None
+    assert cluster.secret_names(ns, "demo") == []
