@@ -103,14 +103,72 @@ class Stats:
             return dict(self.counts)
 
 
+def _client_modules():
+    """``(configuration module, config package, rest module)`` of the official client,
+    without running ``kubernetes/__init__`` and ``kubernetes/client/__init__``, which import
+    every API class and model (~0.5 s and ~36 MiB we never use: requests are sent here).
+
+    Light package modules stand in for those two packages; the first access to any other
+    attribute runs the real ``__init__`` inside the stand-in, so other code importing the
+    client keeps working unchanged."""
+    import importlib
+    import importlib.util
+    import sys
+    import types
+
+    def stand_in(name: str, lazy: dict):
+        spec = importlib.util.find_spec(name)
+        mod = types.ModuleType(name)
+        mod.__path__ = list(spec.submodule_search_locations)
+        mod.__file__ = spec.origin
+        mod.__package__ = name
+        state = {"loaded": False}
+
+        def __getattr__(attr):
+            if attr in lazy:
+                return lazy[attr]()
+            if not attr.startswith("__") and importlib.util.find_spec(f"{name}.{attr}"):
+                return importlib.import_module(f"{name}.{attr}")   # a submodule
+            if not state["loaded"] and (not attr.startswith("__")
+                                        or attr in ("__version__", "__all__")):
+                state["loaded"] = True
+                with open(spec.origin) as fh:
+                    exec(compile(fh.read(), spec.origin, "exec"), mod.__dict__)
+                if attr in mod.__dict__:
+                    return mod.__dict__[attr]
+            raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+        mod.__getattr__ = __getattr__
+        sys.modules[name] = mod
+        return mod
+
+    if "kubernetes" not in sys.modules:
+        root = stand_in("kubernetes", {})
+
+        def api_client():
+            # kube_config imports ApiClient by name but only calls it in helpers we never
+            # use: hand it a factory that loads the real (heavy) class on first call
+            def ApiClient(*args, **kwargs):  # noqa: N802 - stands in for the class
+                return importlib.import_module("kubernetes.client").ApiClient(*args, **kwargs)
+            return ApiClient
+
+        def configuration():
+            return importlib.import_module("kubernetes.client.configuration").Configuration
+        root.client = stand_in("kubernetes.client", {"ApiClient": api_client,
+                                                     "Configuration": configuration})
+    configuration = importlib.import_module("kubernetes.client.configuration")
+    config = importlib.import_module("kubernetes.config")
+    rest = importlib.import_module("kubernetes.client.rest")
+    return configuration, config, rest
+
+
 def _load_client_configuration(kubeconfig: str | None, context: str | None):
     """A ``kubernetes.client.Configuration`` from kubeconfig, falling back to in-cluster."""
     import os
 
-    from kubernetes import client, config  # lazy: heavy import
+    configuration, config, _ = _client_modules()
     from kubernetes.config.config_exception import ConfigException
 
-    cfg = client.Configuration()
+    cfg = configuration.Configuration()
     explicit = kubeconfig or os.environ.get("KUBECONFIG")
     try:
         if explicit or os.path.exists(os.path.expanduser("~/.kube/config")) or context:
@@ -139,10 +197,10 @@ class Kube:
 
     def __init__(self, configuration, *, request_timeout: float | None = None,
                  dry_run: bool = False, user_agent: str | None = None):
-        from kubernetes import client  # lazy
+        _, _, rest = _client_modules()
 
         self._cfg = configuration
-        self._api = client.ApiClient(configuration)
+        self._pool = rest.RESTClientObject(configuration).pool_manager
         self.request_timeout = request_timeout
         self.dry_run = dry_run
         self.stats = Stats()
@@ -161,7 +219,7 @@ class Kube:
 
     def close(self) -> None:
         try:
-            self._api.close()
+            self._pool.clear()
         except Exception:
             pass
 
@@ -171,8 +229,10 @@ class Kube:
         headers = {"Accept": JSON, "User-Agent": self._ua}
         if content_type:
             headers["Content-Type"] = content_type
-        query: list = []
-        self._api.update_params_for_auth(headers, query, ["BearerToken"])
+        # the configuration refreshes expiring tokens (exec plugins, projected SA tokens)
+        bearer = self._cfg.auth_settings().get("BearerToken")
+        if bearer and bearer.get("value"):
+            headers[bearer["key"]] = bearer["value"]
         return headers
 
     def request(self, verb: str, method: str, path: str, *, query: dict | None = None,
@@ -194,7 +254,7 @@ class Kube:
         self.stats.add(verb)
         t = timeout if timeout is not None else self.request_timeout
         try:
-            resp = self._api.rest_client.pool_manager.request(
+            resp = self._pool.request(
                 method, url, body=data, headers=self._headers(content_type),
                 preload_content=not stream,
                 timeout=urllib3.Timeout(connect=t or 30, read=t) if (t or not stream) else
@@ -409,27 +469,31 @@ def _error_from(status: int, raw: bytes) -> KubeError:
 IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
-def default_namespace(kubeconfig: str | None, context: str | None) -> str:
-    """The namespace of the kubeconfig context in use (kubectl's default), else the
-    in-cluster namespace, else ``default``."""
-    import os
-
-    from kubernetes import config  # lazy
+def context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
+    """The namespace of the kubeconfig context in use; None when there is none (or no
+    kubeconfig).  An unknown ``context`` is a :class:`ConfigError`."""
+    _, config, _ = _client_modules()
     try:
         contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
-        chosen = active
-        if context:
-            chosen = next((c for c in contexts if c.get("name") == context), None)
-            if chosen is None:
-                raise ConfigError(f'context "{context}" does not exist')
-        ns = ((chosen or {}).get("context") or {}).get("namespace")
-        if ns:
-            return ns
-    except ConfigError:
-        raise
-    except Exception:  # no kubeconfig: fall through to in-cluster / default
-        pass
-    if os.path.exists(IN_CLUSTER_NAMESPACE):
+    except Exception:  # noqa: BLE001 - no usable kubeconfig: no namespace from it
+        return None
+    chosen = active
+    if context:
+        chosen = next((c for c in contexts if c.get("name") == context), None)
+        if chosen is None:
+            raise ConfigError(f'context "{context}" does not exist')
+    return ((chosen or {}).get("context") or {}).get("namespace") or None
+
+
+def in_cluster_namespace() -> str | None:
+    """The namespace of the pod we run in, when we run in one."""
+    try:
         with open(IN_CLUSTER_NAMESPACE) as fh:
-            return fh.read().strip() or "default"
-    return "default"
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
+def default_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """kubectl's default: the context's namespace, else the pod's, else ``default``."""
+    return context_namespace(kubeconfig, context) or in_cluster_namespace() or "default"

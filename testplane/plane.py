@@ -11,7 +11,6 @@ With ``FLUX_PLUNGER_TEST_KUBECONFIG`` set, ``existing()`` wraps that cluster ins
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import ssl

@@ -12,25 +12,11 @@ DRAIN_MARGIN = 5.0   # seconds kept between the end of the drain and the kubelet
 
 def _lease_namespace(kubeconfig: str | None, kube_context: str | None) -> str | None:
     """The in-cluster namespace, else the kubeconfig context's namespace, else None."""
-    from ..kube import IN_CLUSTER_NAMESPACE
+    from ..kube import ConfigError, context_namespace, in_cluster_namespace
 
-    if os.path.exists(IN_CLUSTER_NAMESPACE):
-        try:
-            with open(IN_CLUSTER_NAMESPACE) as fh:
-                ns = fh.read().strip()
-            if ns:
-                return ns
-        except OSError:
-            pass
     try:
-        from kubernetes import config  # lazy
-
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
-        chosen = active
-        if kube_context:
-            chosen = next((c for c in contexts if c.get("name") == kube_context), None)
-        return (((chosen or {}).get("context") or {}).get("namespace")) or None
-    except Exception:  # noqa: BLE001 - no usable kubeconfig: no namespace from it
+        return in_cluster_namespace() or context_namespace(kubeconfig, kube_context)
+    except ConfigError:
         return None
 
 
