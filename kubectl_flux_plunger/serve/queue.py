@@ -6,7 +6,8 @@
 * ``add_after`` arms a timer (the earliest one per key wins); due timers are moved into the
   queue by ``get``.
 * ``add_rate_limited`` re-adds after an exponential backoff per key (base·2^failures, capped);
-  ``forget`` resets it after a success.
+  ``forget`` resets it after a success.  While a key backs off, plain ``add`` calls (watch
+  events, often caused by the failed pass's own writes) wait for the armed retry.
 * ``shutdown`` makes every ``get`` return None at once: no new work is taken.
 
 Only keys are held, never objects: decisions re-read the release.
@@ -64,8 +65,15 @@ class WorkQueue:
     # -- adding ------------------------------------------------------------------
 
     def add(self, key: str) -> None:
+        """Queue ``key`` now — unless it is backing off after a failure: then the armed
+        retry stands (our own writes during a failed pass re-trigger the watch, and must
+        not turn the backoff into a hot loop)."""
         with self._cond:
-            self._add_locked(key)
+            if not self._backing_off_locked(key):
+                self._add_locked(key)
+
+    def _backing_off_locked(self, key: str) -> bool:
+        return key in self._due and self._backoff.failures(key) > 0
 
     def _add_locked(self, key: str) -> None:
         if self._shutdown or key in self._dirty:
@@ -142,7 +150,9 @@ class WorkQueue:
     def done(self, key: str) -> None:
         with self._cond:
             self._processing.discard(key)
-            if key in self._dirty and not self._shutdown:
+            if key in self._dirty and self._backing_off_locked(key):
+                self._dirty.discard(key)     # the backoff timer re-adds it
+            elif key in self._dirty and not self._shutdown:
                 self._ready.append(key)
                 self._cond.notify()
 

@@ -258,3 +258,23 @@ def test_bad_bind_addresses(value):
     from kubectl_flux_plunger.serve.health import parse_bind_address
     with pytest.raises(ValueError):
         parse_bind_address(value, "--x")
+
+
+def test_events_during_a_backoff_wait_for_the_armed_retry():
+    """A failed pass's own writes re-trigger the watch; that must not defeat the backoff."""
+    now = [0.0]
+    q = WorkQueue(backoff=Backoff(1.0, 60.0), clock=lambda: now[0])
+    q.add("ns/a")
+    assert q.get(timeout=0) == "ns/a"
+    q.add("ns/a")                       # event while processing: dirty
+    assert q.add_rate_limited("ns/a") == 1.0
+    q.done("ns/a")
+    assert q.get(timeout=0) is None     # not re-queued at once
+    q.add("ns/a")                       # another event during the backoff
+    assert q.get(timeout=0) is None
+    now[0] = 1.0
+    assert q.get(timeout=0) == "ns/a"   # the armed retry
+    q.forget("ns/a")
+    q.done("ns/a")
+    q.add("ns/a")                       # after a success, events queue at once again
+    assert q.get(timeout=0) == "ns/a"
