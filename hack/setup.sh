@@ -24,4 +24,4 @@ if ! command -v go >/dev/null 2>&1 && [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
   exit 1
 fi
 # kube-apiserver, etcd, CRDs, helm-controller, krew (each built once, then cached)
-.venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest}
+.venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm}

@@ -164,7 +164,7 @@ def stage(staging: Path, wheels: Path) -> list[str]:
 
 
 def write_tar(staging: Path, out: Path, epoch: int) -> None:
-    entries = sorted(p for p in staging.rglob("*"))
+    entries = sorted(staging.rglob("*"), key=lambda p: p.relative_to(staging).as_posix())
     for p in entries:
         if p.is_symlink() or not (p.is_file() or p.is_dir()):
             raise BuildError(f"{p} is neither a regular file nor a directory")

@@ -376,8 +376,13 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``kubectl-flux_plunger`` and ``flux-plunger``."""
     _register_serve()
     prog = _prog_name()
+    # click derives the completion variable from the program name, which has a space here
+    complete_var = ("_FLUX_PLUNGER_COMPLETE" if prog.startswith("flux ")
+                    else "_KUBECTL_FLUX_PLUNGER_COMPLETE")
+    if os.environ.get(complete_var):
+        prog = os.path.basename(sys.argv[0] or "") or "kubectl-flux_plunger"
     try:
-        cli.main(args=argv, prog_name=prog, standalone_mode=False)
+        cli.main(args=argv, prog_name=prog, complete_var=complete_var, standalone_mode=False)
     except click.UsageError as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         cmd = exc.ctx.command_path if exc.ctx else prog

@@ -304,7 +304,7 @@ def run_tool(*args, kubeconfig, env=None, timeout=120) -> subprocess.CompletedPr
 
 def _stuck(cluster, ns, name="demo"):
     cluster.create_hr(ns, name)
-    cluster.storage(ns, name, [(1, "deployed"), (2, "uninstalling")])
+    cluster.storage(ns, name, [(1, "superseded"), (2, "uninstalling")])
     return cluster.make_stuck(ns, name)
 
 
@@ -345,6 +345,13 @@ class ServeProcess:
             self.proc.kill()
             self.proc.wait(10)
 
+    def wait_for(self, predicate, timeout: float, what: str):
+        try:
+            return eventually(predicate, timeout, what)
+        except TimeoutError as exc:
+            self.kill()
+            pytest.fail(f"{exc}\n--- serve log ---\n{self.text()}", pytrace=False)
+
 
 @pytest.fixture
 def controller_sa(plane, helm, ns):
@@ -358,7 +365,9 @@ def controller_sa(plane, helm, ns):
 
 
 def _forbidden(text: str) -> list[str]:
-    return [line for line in text.splitlines() if re.search(r"forbidden|403", line, re.I)]
+    """Lines reporting a Forbidden answer other than the test's own admission policy."""
+    return [line for line in text.splitlines() if re.search(r"forbidden", line, re.I)
+            and "denied request: a change freeze" not in line]
 
 
 def _recovered(cluster, ns, name="demo") -> bool:
@@ -374,7 +383,7 @@ def test_serve_recovers_with_exactly_the_shipped_rbac(plane, cluster, ns, contro
         serve = ServeProcess(controller_sa, tmp_path / "serve.log", "--leader-elect",
                              f"--leader-election-namespace={ns}", "-n", ns)
         try:
-            eventually(lambda: _recovered(cluster, ns), 60, "recovery under the shipped RBAC")
+            serve.wait_for(lambda: _recovered(cluster, ns), 60, "recovery under the shipped RBAC")
             lease = cluster.kube.get_lease(ns, C.LEASE_NAME)
             assert lease and lease["spec"].get("holderIdentity")
         finally:
@@ -410,8 +419,8 @@ def test_serve_carries_a_delete_during_recovery_through_the_uninstall_with_shipp
     with DeletingHelmController(cluster, ns) as hc:
         serve = ServeProcess(controller_sa, tmp_path / "serve.log", "--no-leader-elect", "-n", ns)
         try:
-            eventually(lambda: cluster.get(ns, "demo") is None, 60,
-                       "the deleted release to go after its uninstall")
+            serve.wait_for(lambda: cluster.get(ns, "demo") is None, 60,
+                           "the deleted release to go after its uninstall")
         finally:
             code = serve.stop()
     logs = serve.text()
@@ -534,8 +543,7 @@ def test_uninstall_cleanup_fails_like_release_fence_while_a_fence_remains(plane,
     for ns in (a, b):
         _deployment(plane, ns)
         _fenced_release(cluster, ns)
-        name = unique("freeze")
-        kubectl(plane, "apply", "-f", "-", stdin=POLICY.format(name=name, ns=ns))
+        kubectl(plane, "apply", "-f", "-", stdin=POLICY.format(name=f"policy-{ns}", ns=ns))
 
     def denied():
         hr = cluster.get(a, "demo")
@@ -589,3 +597,48 @@ def test_uninstall_cleanup_without_a_deployment_still_releases(plane, cluster, h
         f"no Deployment {ns}/flux-plunger; nothing to stop",
         f"released the uninstall fence from {ns}/demo",
         "released 1 of 1 fenced HelmReleases, 0 without an uninstall"]
+
+
+def test_uninstall_cleanup_fails_on_a_fence_set_behind_the_sweep_by_a_pod_that_did_not_go(
+        plane, cluster, hook_sa):
+    """A controller pod that does not go (here: a Pod no kubelet will ever delete) may fence
+    again while the sweep runs: the script reports the pod, sweeps, lists fenced releases
+    again and fails on one found."""
+    import threading
+
+    ns = cluster.namespace("stillrunning")
+    _deployment(plane, ns)
+    _fenced_release(cluster, ns, "demo")
+    cluster.create_hr(ns, "other")
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "flux-plunger-abc", "namespace": ns,
+                        "labels": {"app.kubernetes.io/name": "flux-plunger"}},
+           "spec": {"containers": [{"name": "manager", "image": "kubectl-flux-plunger"}]}}
+    cluster.kube.request("CREATE", "POST", f"/api/v1/namespaces/{ns}/pods", body=pod,
+                         content_type=JSON)
+    refenced = threading.Event()
+
+    def still_running_controller():
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            hr = cluster.get(ns, "demo")
+            if C.FENCE not in hr["metadata"].get("finalizers", []):
+                _hold(cluster, ns, "other")  # behind the sweep
+                refenced.set()
+                return
+            time.sleep(0.02)
+    t = threading.Thread(target=still_running_controller, daemon=True)
+    t.start()
+    proc = cleanup(ns, hook_sa(ns), "--retry-window=5s", POD_WAIT="2")
+    t.join(5)
+    assert refenced.is_set()
+    assert proc.returncode == 1, proc
+    assert _forbidden(proc.stdout + proc.stderr) == [], proc
+    assert proc.stdout.splitlines() == [
+        f"scaled Deployment {ns}/flux-plunger to zero",
+        f"released the uninstall fence from {ns}/demo",
+        "released 1 of 1 fenced HelmReleases, 0 without an uninstall"]
+    errs = [line for line in proc.stderr.splitlines() if not line.startswith("error: timed out")]
+    assert errs == [
+        "warning: flux-plunger pods are still running, releasing anyway: pod/flux-plunger-abc",
+        f"NOT released {ns}/other: fenced after the sweep; a flux-plunger is still running"]
