@@ -173,7 +173,7 @@ def test_release_fence_outcome_lines_and_exit_codes(cli, cluster, ns):
     cluster.remove_finalizer(ns, "orphan", C.HELM_CONTROLLER_FINALIZER)
     # deleted, suspension co-owned by another manager: left, fence still removed
     cluster.create_hr(ns, "coowned")
-    cur = hold(cluster, ns, "coowned")
+    hold(cluster, ns, "coowned")
     cluster.apply({"apiVersion": C.HR_API_VERSION, "kind": C.HR_KIND,
                    "metadata": {"name": "coowned", "namespace": ns},
                    "spec": {"suspend": True}}, manager="operator")

@@ -111,7 +111,7 @@ def test_omitting_a_co_owned_suspend_leaves_the_value(cluster, ns):
 
 
 def test_a_terminating_object_refuses_a_new_finalizer_but_keeps_an_existing_one(cluster, ns):
-    hr = cluster.create_hr(ns)
+    cluster.create_hr(ns)
     cluster.delete_hr(ns, "demo")
     cur = cluster.get(ns, "demo")
     assert cur["metadata"].get("deletionTimestamp")
