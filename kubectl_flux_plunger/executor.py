@@ -124,21 +124,15 @@ class Executor:
         elif d.action is plan.Action.WAIT_FENCE:
             out.steps.append("wait for helm-controller to uninstall, then remove the fence")
         elif d.action is plan.Action.RECOVER and self.opt.allow_recover:
-            ns, release = storage.storage_namespace(hr), storage.release_name(hr)
-            secrets = self.kube.list_secrets(ns, storage.label_selector(release))
-            choice = storage.choose_revision(hr, secrets)
-            if not choice.ok:
-                out.result, out.detail = "skipped", choice.reason
+            choice = self._choose(hr, out)
+            if choice is None:
                 return out
-            done, why = detect.already_processed(hr, choice.revision.number)
-            if done:
-                out.result, out.detail = "awaiting-retry", why
-                return out
-            out.revision = choice.revision.number
+            rev = choice.revision
+            out.result = "planned"
             out.steps += [
                 f"apply (flux-plunger) spec.suspend=true and finalizer {C.FENCE}",
-                f"annotate {C.PROCESSED_ANNOTATION}={choice.revision.number}",
-                f"delete Secret {ns}/{choice.revision.name} (uid {choice.revision.uid}, "
+                f"annotate {C.PROCESSED_ANNOTATION}={rev.number}",
+                f"delete Secret {rev.namespace}/{rev.name} (uid {rev.uid}, "
                 f"Helm status {choice.helm_status})",
                 "apply (flux-plunger) without spec.suspend and without the fence",
             ]
@@ -246,24 +240,33 @@ class Executor:
 
     # -- the recovery sequence (SPEC §6) -------------------------------------------
 
-    def recover(self, hr: dict, out: Outcome) -> None:
+    def _choose(self, hr: dict, out: Outcome) -> storage.Choice | None:
+        """List the release's Helm storage and pick the revision to delete (SPEC §4) past
+        the already-processed guard; None (with ``out`` saying why) when there is none."""
         ns, release = storage.storage_namespace(hr), storage.release_name(hr)
         try:
             secrets = self.kube.list_secrets(ns, storage.label_selector(release))
         except KubeError as exc:
             out.result, out.failed = "failed", True
             out.detail = f"cannot list Helm storage in namespace {ns}: {exc}"
-            return
+            return None
         choice = storage.choose_revision(hr, secrets)
         if not choice.ok:
             out.result, out.detail = "skipped", choice.reason
-            return
-        rev = choice.revision
-        out.revision = rev.number
-        done, why = detect.already_processed(hr, rev.number)
+            return None
+        out.revision = choice.revision.number
+        done, why = detect.already_processed(hr, choice.revision.number)
         if done:
             out.result, out.detail = "awaiting-retry", why
+            return None
+        return choice
+
+    def recover(self, hr: dict, out: Outcome) -> None:
+        choice = self._choose(hr, out)
+        if choice is None:
             return
+        rev = choice.revision
+        release = storage.release_name(hr)
         if self.should_stop():
             out.result, out.detail = "deferred", "shutting down; recovery not started"
             return
