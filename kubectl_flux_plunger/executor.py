@@ -251,13 +251,16 @@ class Executor:
             out.detail = f"cannot list Helm storage in namespace {ns}: {exc}"
             return None
         choice = storage.choose_revision(hr, secrets)
-        if not choice.ok:
-            out.result, out.detail = "skipped", choice.reason
-            return None
-        out.revision = choice.revision.number
-        done, why = detect.already_processed(hr, choice.revision.number)
+        newest = choice.revision.number if choice.revision is not None else None
+        out.revision = newest
+        # first: did we just recover it? (its newest revision is then one helm-controller
+        # handles itself, and the old condition only waits for helm-controller's retry)
+        done, why = detect.already_processed(hr, newest) if newest is not None else (False, "")
         if done:
             out.result, out.detail = "awaiting-retry", why
+            return None
+        if not choice.ok:
+            out.result, out.detail = "skipped", choice.reason
             return None
         return choice
 

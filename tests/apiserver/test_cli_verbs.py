@@ -312,3 +312,11 @@ def test_recover_again_before_helm_controller_retried_is_not_a_failure(cli, clus
     assert "demo awaiting-retry" in second.out
     assert "1 recovered earlier, awaiting helm-controller's retry" in second.out
     assert cluster.secret_names(ns, "demo") == ["sh.helm.release.v1.demo.v1"]   # not deleted
+
+
+def test_recover_again_with_a_healthy_older_revision_awaits_the_retry(cli, cluster, ns):
+    stuck_release(cluster, ns)          # v1 superseded, v2 uninstalling
+    with SimulatedHelmController(cluster, ns):
+        assert cli("recover", "-n", ns).code == 0
+    again = cli("recover", "-n", ns)
+    assert again.code == 0 and "demo awaiting-retry" in again.out, again
