@@ -12,15 +12,37 @@ from ..kube import KubeError
 RESUME_ROWS = frozenset({"live-suspended-owned", "terminating-suspended-owned"})
 
 
+# After cleaning up what an interrupted run left (our suspension or fence on a live
+# release) the one-shot verb decides again on a fresh read, as the controller would on the
+# update event its own write causes: a crash mid-recovery is finished by one `recover`.
+CLEANUP_RESULTS = frozenset({"relinquished", "fence-removed"})
+MAX_PASSES = 3
+
+
 def _one(executor: Executor, hr: dict, only_rows: frozenset[str] | None) -> Outcome:
     md = hr["metadata"]
     ns, name = md["namespace"], md["name"]
+    prev: Outcome | None = None
     try:
-        if only_rows is not None:
-            d = plan.decide(hr, executor.clock())
-            if d.row not in only_rows:
-                return Outcome(ns, name, "unchanged", d.reason, row=d.row)
-        return executor.apply_decision(ns, name, hr)
+        for _ in range(MAX_PASSES):
+            if only_rows is not None:
+                d = plan.decide(hr, executor.clock())
+                if d.row not in only_rows:
+                    return Outcome(ns, name, "unchanged", d.reason, row=d.row)
+            out = executor.apply_decision(ns, name, hr)
+            if prev is not None:
+                if out.result == "unchanged":
+                    return prev              # the clean-up was all there was to do
+                out.steps[:0] = prev.steps
+            again = (only_rows is None and out.result in CLEANUP_RESULTS
+                     and not executor.opt.dry_run_client and not executor.kube.dry_run)
+            if not again:
+                return out
+            prev = out
+            hr = executor.kube.get_hr(ns, name)
+            if hr is None or hr["metadata"].get("deletionTimestamp"):
+                return out
+        return out
     except KubeError as exc:
         return Outcome(ns, name, "failed", str(exc), failed=True)
 
