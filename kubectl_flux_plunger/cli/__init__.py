@@ -315,7 +315,7 @@ def release_fence(kubeconfig, kube_context, request_timeout, namespace, all_name
             click.echo(f"would release the uninstall fence from {md['namespace']}/{md['name']}")
         click.echo(f"{len(fenced)} fenced HelmReleases (dry run)")
         raise SystemExit(int(Exit.FAILURE if missing else Exit.OK))
-    if wait_uninstall and fenced:
+    if wait_uninstall and fenced and dry_run == "none":
         executor = Executor(s.kube, Recorder(s.kube, enabled=(dry_run == "none")),
                             options=Options(allow_recover=False))
         fenced = verb.wait_uninstalls(executor, fenced, timeout)
@@ -330,7 +330,7 @@ def release_fence(kubeconfig, kube_context, request_timeout, namespace, all_name
     else:
         for r in results:
             click.echo(r.line(), err=not r.released)
-        click.echo(verb.summary(results))
+        click.echo(verb.summary(results) + (" (dry run)" if dry_run == "server" else ""))
     ok = all(r.released for r in results) and not missing
     raise SystemExit(int(Exit.OK if ok else Exit.FAILURE))
 

@@ -320,3 +320,13 @@ def test_recover_again_with_a_healthy_older_revision_awaits_the_retry(cli, clust
         assert cli("recover", "-n", ns).code == 0
     again = cli("recover", "-n", ns)
     assert again.code == 0 and "demo awaiting-retry" in again.out, again
+
+
+def test_release_fence_dry_run_server_changes_nothing(cli, cluster, ns):
+    cluster.create_hr(ns)
+    hold(cluster, ns)
+    res = cli("release-fence", "-n", ns, "--dry-run=server", "--wait-uninstall")
+    assert res.code == 0, res
+    assert "released 1 of 1 fenced HelmReleases, 0 without an uninstall (dry run)" in res.out
+    hr = cluster.get(ns, "demo")
+    assert hr["spec"]["suspend"] is True and C.FENCE in hr["metadata"]["finalizers"]
