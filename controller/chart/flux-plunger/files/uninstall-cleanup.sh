@@ -67,7 +67,7 @@ fi
 # 2. wait for its pods to go
 pods_gone=yes
 if ! "$kubectl" -n "$ns" wait --for=delete pod --selector "$selector" \
-        --timeout="${pod_wait}s" >/dev/null; then
+        --timeout="${pod_wait}s" >/dev/null 2>&1; then  # its timeout noise: we report below
     if ! left=$(retry "$kubectl" -n "$ns" get pod --selector "$selector" -o name); then
         echo "warning: could not tell whether flux-plunger pods are still running; releasing anyway" >&2
         pods_gone=no
