@@ -51,9 +51,9 @@ class Outcome:
                 "failed": self.failed, "steps": list(self.steps)}
 
 
-# awaiting-retry: recovered earlier; helm-controller has not retried since (not a failure)
-RESULTS = ("recovered", "deferred", "skipped", "awaiting-retry", "relinquished",
-           "fence-removed", "waiting", "unchanged", "gone", "failed", "planned")
+# Outcome.result is one of: recovered, deferred, skipped, awaiting-retry (recovered earlier;
+# helm-controller has not retried since — not a failure), relinquished, fence-removed,
+# waiting, unchanged, gone, failed, planned.
 
 
 @dataclass
@@ -167,7 +167,7 @@ class Executor:
             try:
                 return self.kube.apply_hr(writes.relinquish_body(current))
             except KubeError as exc:
-                if not exc.conflict and not (exc.not_found and _object_missing(exc)):
+                if not exc.conflict and not (exc.not_found and exc.object_missing):
                     raise
                 if exc.not_found:
                     return None
@@ -219,9 +219,10 @@ class Executor:
             return
         out.result = "fence-removed" if removed else "unchanged"
 
-    def acquire(self, hr: dict) -> dict | None:
-        """Suspend + fence in one unforced apply.  On 409 re-read and force only if
-        ``spec.suspend`` is still false and the release is live (a stale owner at false).
+    def acquire(self, hr: dict, revision: int) -> dict | None:
+        """Suspend + fence in one unforced apply.  On 409 re-read and re-decide: force
+        only if the release is live, ``spec.suspend`` is still false (a stale owner at
+        false), it still needs recovery and ``revision`` was not processed meanwhile.
         Returns the object after the write, or None when not acquired."""
         try:
             return self.kube.apply_hr(writes.acquire_body(hr))
@@ -230,6 +231,9 @@ class Executor:
                 raise
         fresh = self._fresh(hr)
         if fresh is None or detect.is_terminating(fresh) or detect.is_suspended(fresh):
+            return None
+        if plan.decide(fresh, self.clock()).action is not plan.Action.RECOVER or \
+                detect.already_processed(fresh, revision)[0]:
             return None
         try:
             return self.kube.apply_hr(writes.acquire_body(fresh), force=True)
@@ -274,10 +278,15 @@ class Executor:
             out.result, out.detail = "deferred", "shutting down; recovery not started"
             return
         try:
-            held = self.acquire(hr)
+            held = self.acquire(hr, rev.number)
         except KubeError as exc:
             out.result, out.failed = "failed", True
             out.detail = f"could not suspend the release: {exc}"
+            # the apply may have landed although its answer was lost (timeout, 5xx)
+            try:
+                self._final_relinquish(self._fresh(hr), out)
+            except KubeError:
+                pass
             return
         if held is None:
             self._event(hr, plan.RECOVERY_DEFERRED)
@@ -308,6 +317,15 @@ class Executor:
                 out.detail = (f"helm-controller did not acknowledge the suspension within "
                               f"{self.opt.handshake_timeout:.0f}s; storage left intact")
                 return
+            if self.should_stop():
+                out.result, out.detail = "deferred", "shutting down; recovery aborted before the delete"
+                return
+            if not self.kube.dry_run and not (detect.is_suspended(current)
+                                              and ownership.owns_suspend(current)):
+                out.result = "deferred"
+                out.detail = ("another manager took spec.suspend during recovery; storage "
+                              "left intact")
+                return
             try:
                 self.kube.delete_secret(rev.namespace, rev.name, rev.uid)
             except KubeError as exc:
@@ -329,16 +347,23 @@ class Executor:
             self._final_relinquish(current, out)
 
     def _final_relinquish(self, current: dict | None, out: Outcome) -> None:
+        """The one relinquish of every exit after the acquire.  When someone else took
+        spec.suspend meanwhile there is nothing of ours to lift, but our fence must not
+        outlive us (SPEC §6: live → drop it; terminating and suspended by another manager
+        → drop it; terminating and unsuspended → keep it for the uninstall)."""
         if current is None:
             return
         try:
-            if ownership.owns_suspend(current):
-                self.relinquish(current)
+            lifted = self.relinquish(current) if ownership.owns_suspend(current) else None
+            if lifted is not None:
                 out.steps.append("lifted the suspension")
-            elif detect.is_fenced(current) and not detect.is_terminating(current):
-                # someone else took spec.suspend meanwhile: our fence must not outlive us
-                self.remove_fence(current)
-                out.steps.append("removed the fence")
+                return
+            fresh = self._fresh(current)
+            if fresh is not None and detect.is_fenced(fresh) and (
+                    not detect.is_terminating(fresh)
+                    or (detect.is_suspended(fresh) and not ownership.owns_suspend(fresh))):
+                if self.remove_fence(fresh):
+                    out.steps.append("removed the fence")
         except KubeError as exc:
             if not exc.conflict:
                 self._event(current, plan.UNSUSPEND_FAILED)
@@ -416,7 +441,3 @@ class Executor:
             time.sleep(0.2)
             return self._fresh(current)
         return current
-
-def _object_missing(exc: KubeError) -> bool:
-    details = exc.body.get("details") or {}
-    return bool(details.get("name") or details.get("kind"))

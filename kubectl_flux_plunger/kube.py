@@ -50,6 +50,13 @@ class KubeError(Exception):
     def forbidden(self) -> bool:
         return self.status == 403
 
+    @property
+    def object_missing(self) -> bool:
+        """A 404 for a missing object carries details.kind/name; one for a missing API
+        (e.g. the CRD is not installed) does not."""
+        details = self.body.get("details") or {}
+        return self.not_found and bool(details.get("name") or details.get("kind"))
+
     def __str__(self) -> str:
         return self.message
 
@@ -191,7 +198,8 @@ def _load_client_configuration(kubeconfig: str | None, context: str | None):
 class Kube:
     """A small, counted, thread-safe Kubernetes API client.
 
-    ``dry_run`` makes every write carry ``dryRun=All`` (``--dry-run=server``).
+    ``dry_run`` makes every write to a HelmRelease, Secret or Event carry ``dryRun=All``
+    (``--dry-run=server``); Lease writes (serve only) are never dry.
     ``before_request`` is a test hook called with (verb, path) before each request.
     """
 
@@ -287,7 +295,7 @@ class Kube:
         try:
             return self.request("GET", "GET", hr_path(namespace, name))
         except KubeError as exc:
-            if exc.not_found and exc.reason == "NotFound" and _is_object_missing(exc):
+            if exc.object_missing:
                 return None
             raise
 
@@ -439,12 +447,6 @@ class Kube:
             if exc.not_found:
                 return False
             raise
-
-
-def _is_object_missing(exc: KubeError) -> bool:
-    """A 404 for a missing object carries details.kind; a 404 for a missing API does not."""
-    details = exc.body.get("details") or {}
-    return bool(details.get("name") or details.get("kind"))
 
 
 def _one_line(exc: Exception) -> str:

@@ -318,8 +318,10 @@ def release_fence(kubeconfig, kube_context, request_timeout, namespace, all_name
     if wait_uninstall and fenced and dry_run == "none":
         executor = Executor(s.kube, Recorder(s.kube, enabled=(dry_run == "none")),
                             options=Options(allow_recover=False))
-        fenced = verb.wait_uninstalls(executor, fenced, timeout)
-    results = verb.run(s.kube, fenced, window=retry_window)
+        fenced, released_waiting = verb.wait_uninstalls(executor, fenced, timeout)
+    else:
+        released_waiting = []
+    results = released_waiting + verb.run(s.kube, fenced, window=retry_window)
     if output in ("json", "yaml"):
         items = [r.as_dict() for r in results]
         click.echo(render.as_json(items, "FenceRelease") if output == "json"

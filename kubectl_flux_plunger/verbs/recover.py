@@ -25,10 +25,17 @@ def _one(executor: Executor, hr: dict, only_rows: frozenset[str] | None) -> Outc
     prev: Outcome | None = None
     try:
         for _ in range(MAX_PASSES):
-            if only_rows is not None:
-                d = plan.decide(hr, executor.clock())
-                if d.row not in only_rows:
-                    return Outcome(ns, name, "unchanged", d.reason, row=d.row)
+            d = plan.decide(hr, executor.clock())
+            if (d.action is plan.Action.NOTHING and d.event is None) or (
+                    only_rows is not None and d.row not in only_rows):
+                if prev is not None:
+                    return prev
+                return Outcome(ns, name, "skipped" if d.row == "remote-kubeconfig"
+                               else "unchanged", d.reason, row=d.row)
+            if prev is None:
+                # the LIST only chose candidates: every decision that acts is re-made on
+                # a fresh read (the listed copy may be minutes old by now)
+                hr = executor.kube.get_hr(ns, name)
             out = executor.apply_decision(ns, name, hr)
             if prev is not None:
                 if out.result == "unchanged":

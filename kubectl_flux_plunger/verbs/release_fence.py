@@ -126,36 +126,44 @@ def release_one(kube: Kube, hr: dict, window: float) -> FenceResult:
 
 
 def wait_uninstalls(executor: Executor, releases: list[dict], timeout: float,
-                    poll: float = 1.0) -> list[dict]:
+                    poll: float = 1.0) -> tuple[list[dict], list[FenceResult]]:
     """The drain: let helm-controller finish uninstalls of deleted, fenced releases
-    (lifting our suspensions so it can) until none waits or ``timeout`` passes.
-    Returns the releases re-read at the end (gone ones dropped)."""
+    (lifting our suspensions so it can; releasing the fence once it has) until none waits
+    or ``timeout`` passes.  Returns (releases still fenced, as last read; results of those
+    released meanwhile).  A release that cannot be read is kept and retried."""
     deadline = time.monotonic() + timeout
     kube = executor.kube
     pending = releases
+    done: list[FenceResult] = []
     while True:
-        fresh = []
-        waiting = False
+        still, waiting = [], False
         for hr in pending:
             md = hr["metadata"]
+            ns, name = md["namespace"], md["name"]
             try:
-                current = kube.get_hr(md["namespace"], md["name"])
+                current = kube.get_hr(ns, name)
+                if current is not None and detect.is_terminating(current) \
+                        and detect.is_fenced(current):
+                    outcome = executor.apply_decision(ns, name, current)
+                    if outcome.result == "fence-removed":
+                        foreign = outcome.row == "terminating-suspended-foreign"
+                        done.append(FenceResult(ns, name, True, foreign,
+                                                "suspended by another manager" if foreign
+                                                else "after helm-controller's uninstall"))
+                        continue
+                    waiting = waiting or outcome.result in ("waiting", "relinquished", "failed")
+                    current = kube.get_hr(ns, name)
             except KubeError:
-                fresh.append(hr)
+                still.append(hr)
+                waiting = True
                 continue
             if current is None:
+                done.append(FenceResult(ns, name, True, False, "the release is gone"))
                 continue
-            if detect.is_terminating(current) and detect.is_fenced(current):
-                outcome = executor.apply_decision(md["namespace"], md["name"], current)
-                if outcome.result in ("waiting", "relinquished", "failed"):
-                    waiting = True
-                current = kube.get_hr(md["namespace"], md["name"])
-                if current is None:
-                    continue
-            fresh.append(current)
-        pending = fresh
+            still.append(current)
+        pending = still
         if not waiting or time.monotonic() >= deadline:
-            return [hr for hr in pending if detect.is_fenced(hr)]
+            return [hr for hr in pending if detect.is_fenced(hr)], done
         time.sleep(poll)
 
 

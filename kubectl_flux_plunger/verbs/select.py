@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..kube import Kube, KubeError
+from ..kube import Kube
 
 
 class SelectionError(Exception):
@@ -36,17 +36,4 @@ def fetch(kube: Kube, sel: Selection) -> tuple[list[dict], list[str]]:
     items, _ = kube.list_hrs(None if sel.all_namespaces else sel.namespace, sel.selector)
     items.sort(key=lambda h: (h["metadata"].get("namespace", ""), h["metadata"]["name"]))
     return items, []
-
-
-def namespace_exists(kube: Kube, namespace: str) -> bool | None:
-    """True/False, or None when we may not read namespaces (then we cannot tell)."""
-    try:
-        kube.request("GET", "GET", f"/api/v1/namespaces/{namespace}")
-        return True
-    except KubeError as exc:
-        if exc.not_found:
-            return False
-        if exc.forbidden:
-            return None
-        raise
 

@@ -330,3 +330,16 @@ def test_release_fence_dry_run_server_changes_nothing(cli, cluster, ns):
     assert "released 1 of 1 fenced HelmReleases, 0 without an uninstall (dry run)" in res.out
     hr = cluster.get(ns, "demo")
     assert hr["spec"]["suspend"] is True and C.FENCE in hr["metadata"]["finalizers"]
+
+
+def test_release_fence_wait_reports_releases_it_released_while_waiting(cli, cluster, ns):
+    cluster.create_hr(ns)
+    hold(cluster, ns, suspend=False)
+    cluster.suspend(ns, "demo", True, manager="operator")
+    cluster.delete_hr(ns, "demo")
+    cluster.remove_finalizer(ns, "demo", C.HELM_CONTROLLER_FINALIZER)
+    res = cli("release-fence", "-n", ns, "--wait-uninstall", "--timeout=20s")
+    assert res.code == 0, res
+    assert f"{ns}/demo without an uninstall" in res.out
+    assert "released 1 of 1 fenced HelmReleases, 1 without an uninstall" in res.out
+    assert cluster.get(ns, "demo") is None

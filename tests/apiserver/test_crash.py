@@ -38,10 +38,12 @@ def test_killed_before_request_n_then_the_next_pass_finishes(plane, cluster, ns,
     stuck_release(cluster, ns)
     proc = subprocess.run([sys.executable, "-c", KILLER, str(plane.kubeconfig), ns, str(kill_at)],
                           capture_output=True, text=True, timeout=60)
-    if kill_at <= 7:
+    if kill_at <= 7:         # a recovery takes at least 7 requests: it always dies here
         assert proc.returncode == 137, proc.stdout + proc.stderr
-    else:   # the whole recovery takes 7 requests: nothing to kill at the 8th
-        assert proc.returncode == 0 and proc.stdout.split() == ["recovered", "7"], proc
+    elif proc.returncode == 0:   # 7 requests: nothing was left to kill at the 8th
+        assert proc.stdout.split() == ["recovered", "7"], proc
+    else:                    # a status write made the record retry (more requests)
+        assert proc.returncode == 137, proc.stdout + proc.stderr
     hr = cluster.get(ns, "demo")
     names = cluster.secret_names(ns, "demo")
     assert "sh.helm.release.v1.demo.v1" in names                  # never the healthy one

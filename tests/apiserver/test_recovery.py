@@ -283,3 +283,76 @@ def test_a_recovery_costs_seven_requests(executor, cluster, ns, hc):
     assert executor.kube.stats.total() == 7, counts
     assert (counts["LIST"], counts["APPLY"], counts["PATCH"], counts["DELETE"]) == (1, 2, 1, 1)
     assert counts.get("GET", 0) + counts.get("WATCH", 0) == 2, counts
+
+
+# -- found in review: every exit keeps the safety rules -----------------------------------
+
+def _after(executor, first_verb, action, then=lambda v, p: True):
+    """Run ``action()`` once, before the first request matching ``then`` that comes after
+    a ``first_verb`` request."""
+    state = {"seen": False, "fired": False}
+
+    def hook(verb, path):
+        if state["fired"]:
+            return
+        if state["seen"] and then(verb, path):
+            state["fired"] = True
+            action()
+        elif verb == first_verb:
+            state["seen"] = True
+    executor.kube.before_request = hook
+    return state
+
+
+def test_a_foreign_resume_after_the_record_stops_the_delete(executor, cluster, ns, hc):
+    stuck_release(cluster, ns)
+
+    def resume_and_helm_controller_observes_it():
+        gen = cluster.suspend(ns, "demo", False, manager="operator")["metadata"]["generation"]
+        cluster.set_status(ns, "demo", {"observedGeneration": gen})
+    state = _after(executor, "PATCH", resume_and_helm_controller_observes_it)
+    out = executor.reconcile(ns, "demo")
+    assert state["fired"] and out.result == "deferred", out
+    assert len(cluster.secret_names(ns, "demo")) == 2
+    hr = cluster.get(ns, "demo")
+    assert hr["spec"]["suspend"] is False and C.FENCE not in hr["metadata"]["finalizers"]
+
+
+def test_a_stale_read_never_forces_a_second_deletion(executor, make_executor, cluster, ns, hc):
+    stuck_release(cluster, ns, revisions=[(1, "uninstalling"), (2, "uninstalling")])
+    stale = cluster.get(ns, "demo")                       # e.g. from recover -A's LIST
+    assert make_executor().reconcile(ns, "demo").result == "recovered"   # e.g. serve
+    out = executor.apply_decision(ns, "demo", stale)      # the 409 path re-decides
+    assert out.result == "deferred", out
+    assert cluster.secret_names(ns, "demo") == ["sh.helm.release.v1.demo.v1"]
+    assert cluster.get(ns, "demo")["metadata"]["annotations"][C.PROCESSED_ANNOTATION] == "2"
+
+
+def test_an_acquire_whose_answer_is_lost_is_still_relinquished(executor, cluster, ns, hc):
+    stuck_release(cluster, ns)
+    fired = []
+
+    def land_then_lose_the_answer(verb, path):
+        if verb == "APPLY" and not fired:
+            fired.append(1)
+            hold(cluster, ns)                               # the apply lands ...
+            raise KubeError(0, "Unreachable", "read timed out")   # ... its answer is lost
+    executor.kube.before_request = land_then_lose_the_answer
+    out = executor.reconcile(ns, "demo")
+    assert fired and out.failed and "could not suspend" in out.detail, out
+    hr = cluster.get(ns, "demo")
+    assert hr["spec"].get("suspend") is None and not owns_suspend(hr)
+    assert C.FENCE not in hr["metadata"]["finalizers"]
+    assert len(cluster.secret_names(ns, "demo")) == 2
+
+
+def test_a_foreign_resume_before_the_final_relinquish_still_drops_our_fence(executor, cluster,
+                                                                            ns, hc):
+    stuck_release(cluster, ns)
+    state = _after(executor, "DELETE",
+                   lambda: cluster.suspend(ns, "demo", False, manager="operator"))
+    out = executor.reconcile(ns, "demo")
+    assert state["fired"] and out.result == "recovered", out
+    hr = cluster.get(ns, "demo")
+    assert hr["spec"]["suspend"] is False
+    assert C.FENCE not in hr["metadata"]["finalizers"]
