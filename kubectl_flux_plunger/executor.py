@@ -21,6 +21,8 @@ from .kube import Kube, KubeError
 log = logging.getLogger(__name__)
 
 CONFLICT_RETRIES = 3
+TERMINATING_DETAIL = ("the release began terminating during recovery; storage left intact "
+                      "and the suspension lifted so helm-controller uninstalls it")
 
 
 def utcnow() -> dt.datetime:
@@ -298,25 +300,29 @@ class Executor:
         # From here on every exit relinquishes exactly once.
         current = held
         try:
-            current, recorded = self._record(current, rev.number)
-            if recorded:
-                out.steps.append(f"recorded revision {rev.number}")
-                current = self._await_handshake(current)
+            # 1. helm-controller must have observed the suspended generation: it is then
+            #    not mid-action on this release (a watch from our apply's rv)
+            current = self._await_handshake(current)
             if current is None or detect.is_terminating(current):
-                out.result = "deferred"
-                out.detail = ("the release began terminating during recovery; storage left "
-                              "intact and the suspension lifted so helm-controller uninstalls it")
-                return
-            if not recorded:
-                out.result = "deferred"
-                out.detail = ("the release changed under us during recovery (another writer "
-                              "took spec.suspend or changed its spec); storage left intact")
+                out.result, out.detail = "deferred", TERMINATING_DETAIL
                 return
             if detect.observed_lags(current) and not self.kube.dry_run:
                 out.result = "deferred"
                 out.detail = (f"helm-controller did not acknowledge the suspension within "
                               f"{self.opt.handshake_timeout:.0f}s; storage left intact")
                 return
+            # 2. record the revision, locked to the resourceVersion of the state just
+            #    judged: its answer is the re-read (any write since → 409 → re-decided)
+            current, recorded = self._record(current, rev.number)
+            if current is None or detect.is_terminating(current):
+                out.result, out.detail = "deferred", TERMINATING_DETAIL
+                return
+            if not recorded:
+                out.result = "deferred"
+                out.detail = ("the release changed under us during recovery (another writer "
+                              "took spec.suspend or changed its spec); storage left intact")
+                return
+            out.steps.append(f"recorded revision {rev.number}")
             if self.should_stop():
                 out.result, out.detail = "deferred", "shutting down; recovery aborted before the delete"
                 return
@@ -393,17 +399,13 @@ class Executor:
         raise KubeError(409, "Conflict", "the release kept changing during recovery")
 
     def _await_handshake(self, hr: dict) -> dict | None:
-        """The re-read before the delete.  While helm-controller has not observed the
-        suspended generation, the re-read is a watch of this one release from the rv of our
-        last write (bounded), so the revision never goes while it may be mid-action and the
-        state acted on is the newest; otherwise it is a GET.  Returns the last state seen
-        (None when gone)."""
-        if self.kube.dry_run or not detect.observed_lags(hr):
-            fresh = self._fresh(hr)
-        else:
-            fresh = hr
+        """Wait (bounded) until helm-controller has observed the suspended generation, by
+        watching this one release from the rv of our acquire, so no revision goes while it
+        may be mid-action.  Returns the last state seen (None when gone); the record that
+        follows is locked to that state's rv, so nothing that happened after it can slip by."""
         if self.kube.dry_run:
-            return fresh   # nothing was persisted: there is nothing to observe
+            return hr   # nothing was persisted: there is nothing to observe
+        fresh = hr
         deadline = time.monotonic() + self.opt.handshake_timeout
         while (fresh is not None and not detect.is_terminating(fresh)
                and detect.observed_lags(fresh)):

@@ -123,8 +123,8 @@ def test_no_apply_recreates_a_deleted_release(executor, cluster, ns):
 
 # -- delete during recovery: helm-controller's delete handling simulated, both orders -----
 
-def _delete_at_record(executor, cluster, ns):
-    return inject(executor, lambda v, p: v == "PATCH", lambda: cluster.delete_hr(ns, "demo"))
+def _delete_during_handshake(executor, cluster, ns):
+    return inject(executor, lambda v, p: v == "WATCH", lambda: cluster.delete_hr(ns, "demo"))
 
 
 def test_delete_during_recovery_helm_controller_first_still_uninstalls(make_executor, cluster, ns):
@@ -138,7 +138,7 @@ def test_delete_during_recovery_helm_controller_first_still_uninstalls(make_exec
     def delete_then_helm_controller():
         cluster.delete_hr(ns, "demo")
         sim.step()                        # suspended: finalizer dropped, no uninstall
-    fired = inject(ex, lambda v, p: v == "PATCH", delete_then_helm_controller)
+    fired = inject(ex, lambda v, p: v == "WATCH", delete_then_helm_controller)
     out = ex.reconcile(ns, "demo")
     assert fired and out.result == "deferred" and "terminating" in out.detail, out
     assert sim.dropped_without_uninstall == ["demo"]
@@ -159,7 +159,7 @@ def test_delete_during_recovery_we_first_then_helm_controller_uninstalls(make_ex
     stuck_release(cluster, ns)
     sim = SimulatedHelmController(cluster, ns)
     ex = make_executor(handshake_timeout=0.5)
-    fired = _delete_at_record(ex, cluster, ns)
+    fired = _delete_during_handshake(ex, cluster, ns)
     out = ex.reconcile(ns, "demo")
     assert fired and out.result == "deferred", out
     hr = cluster.get(ns, "demo")
@@ -304,15 +304,19 @@ def _after(executor, first_verb, action, then=lambda v, p: True):
     return state
 
 
-def test_a_foreign_resume_after_the_record_stops_the_delete(executor, cluster, ns, hc):
+def test_a_foreign_resume_observed_during_the_handshake_stops_the_delete(executor, cluster,
+                                                                          ns, hc):
+    """An operator resumes the release while we wait for helm-controller, and
+    helm-controller observes that generation: the handshake is satisfied, but the
+    suspension is no longer ours — nothing is deleted."""
     stuck_release(cluster, ns)
 
     def resume_and_helm_controller_observes_it():
         gen = cluster.suspend(ns, "demo", False, manager="operator")["metadata"]["generation"]
         cluster.set_status(ns, "demo", {"observedGeneration": gen})
-    state = _after(executor, "PATCH", resume_and_helm_controller_observes_it)
+    fired = inject(executor, lambda v, p: v == "WATCH", resume_and_helm_controller_observes_it)
     out = executor.reconcile(ns, "demo")
-    assert state["fired"] and out.result == "deferred", out
+    assert fired and out.result == "deferred" and "another manager" in out.detail, out
     assert len(cluster.secret_names(ns, "demo")) == 2
     hr = cluster.get(ns, "demo")
     assert hr["spec"]["suspend"] is False and C.FENCE not in hr["metadata"]["finalizers"]
@@ -356,3 +360,15 @@ def test_a_foreign_resume_before_the_final_relinquish_still_drops_our_fence(exec
     hr = cluster.get(ns, "demo")
     assert hr["spec"]["suspend"] is False
     assert C.FENCE not in hr["metadata"]["finalizers"]
+
+
+def test_a_delete_landing_at_the_record_stops_before_the_delete(executor, cluster, ns):
+    stuck_release(cluster, ns)
+    with SimulatedHelmController(cluster, ns, handle_deletes=False):
+        fired = inject(executor, lambda v, p: v == "PATCH",
+                       lambda: cluster.delete_hr(ns, "demo"))
+        out = executor.reconcile(ns, "demo")
+    assert fired and out.result == "deferred" and "terminating" in out.detail, out
+    assert len(cluster.secret_names(ns, "demo")) == 2
+    hr = cluster.get(ns, "demo")
+    assert hr["spec"].get("suspend") is None and C.FENCE in hr["metadata"]["finalizers"]
