@@ -316,7 +316,10 @@ def test_a_foreign_resume_observed_during_the_handshake_stops_the_delete(executo
         cluster.set_status(ns, "demo", {"observedGeneration": gen})
     fired = inject(executor, lambda v, p: v == "WATCH", resume_and_helm_controller_observes_it)
     out = executor.reconcile(ns, "demo")
-    assert fired and out.result == "deferred" and "another manager" in out.detail, out
+    # depending on which state the watch ended on, the record's rv lock or the ownership
+    # check stops it: either way nothing is deleted
+    assert fired and out.result == "deferred", out
+    assert "another manager" in out.detail or "changed under us" in out.detail, out
     assert len(cluster.secret_names(ns, "demo")) == 2
     hr = cluster.get(ns, "demo")
     assert hr["spec"]["suspend"] is False and C.FENCE not in hr["metadata"]["finalizers"]
