@@ -81,7 +81,10 @@ def test_drain_on_sigterm(cluster, kube, ns, serve):  # noqa: F811
     deleting = cluster.get(ns, "deleting")
     assert _fences(deleting) == 1 and deleting["metadata"].get("deletionTimestamp")
     assert C.HELM_CONTROLLER_FINALIZER in deleting["metadata"]["finalizers"]
-    time.sleep(1.5)   # several drain passes (0.5s) with no answer: still held
+    # several more drain passes (each one LIST) with no answer from helm-controller: still held
+    lists = s.metric("flux_plunger_api_requests_total", verb="LIST") or 0
+    eventually(lambda: (s.metric("flux_plunger_api_requests_total", verb="LIST") or 0)
+               >= lists + 3, 10, "three more drain passes")
     deleting = cluster.get(ns, "deleting")
     assert deleting is not None and _fences(deleting) == 1
 
