@@ -222,27 +222,27 @@ class Executor:
         out.result = "fence-removed" if removed else "unchanged"
 
     def acquire(self, hr: dict, revision: int) -> dict | None:
-        """Suspend + fence in one unforced apply.  On 409 re-read and re-decide: force
-        only if the release is live, ``spec.suspend`` is still false (a stale owner at
-        false), it still needs recovery and ``revision`` was not processed meanwhile.
-        Returns the object after the write, or None when not acquired."""
-        try:
-            return self.kube.apply_hr(writes.acquire_body(hr))
-        except KubeError as exc:
-            if not exc.conflict:
-                raise
-        fresh = self._fresh(hr)
-        if fresh is None or detect.is_terminating(fresh) or detect.is_suspended(fresh):
-            return None
-        if plan.decide(fresh, self.clock()).action is not plan.Action.RECOVER or \
-                detect.already_processed(fresh, revision)[0]:
-            return None
-        try:
-            return self.kube.apply_hr(writes.acquire_body(fresh), force=True)
-        except KubeError as exc:
-            if exc.conflict:
+        """Suspend + fence in one apply.  Unforced first; on 409 re-read and re-decide, and
+        force only if the release is live, ``spec.suspend`` is still false (a stale owner at
+        false), it still needs recovery and ``revision`` was not processed meanwhile.  A
+        409 again (helm-controller writes status several times per retry) is re-decided
+        the same way, a bounded number of times.  Returns the object after the write, or
+        None when not acquired."""
+        current, force = hr, False
+        for _ in range(CONFLICT_RETRIES + 1):
+            try:
+                return self.kube.apply_hr(writes.acquire_body(current), force=force)
+            except KubeError as exc:
+                if not exc.conflict:
+                    raise
+            current = self._fresh(current)
+            if current is None or detect.is_terminating(current) or detect.is_suspended(current):
                 return None
-            raise
+            if plan.decide(current, self.clock()).action is not plan.Action.RECOVER or \
+                    detect.already_processed(current, revision)[0]:
+                return None
+            force = True
+        return None
 
     # -- the recovery sequence (SPEC §6) -------------------------------------------
 

@@ -375,3 +375,20 @@ def test_a_delete_landing_at_the_record_stops_before_the_delete(executor, cluste
     assert len(cluster.secret_names(ns, "demo")) == 2
     hr = cluster.get(ns, "demo")
     assert hr["spec"].get("suspend") is None and C.FENCE in hr["metadata"]["finalizers"]
+
+
+def test_status_writes_racing_both_acquire_attempts_are_re_decided(executor, cluster, ns, hc):
+    """helm-controller patches status several times per retry: a write before the unforced
+    apply and another before the forced one still end in a recovery."""
+    stuck_release(cluster, ns)
+    applies = []
+
+    def status_write_before_each_acquire(verb, path):
+        if verb == "APPLY" and len(applies) < 2:
+            applies.append(1)
+            cluster.set_status(ns, "demo", {            # a status write: new resourceVersion
+                "lastAttemptedConfigDigest": f"sha256:{len(applies)}"})
+    executor.kube.before_request = status_write_before_each_acquire
+    out = executor.reconcile(ns, "demo")
+    assert len(applies) == 2 and out.result == "recovered", out
+    assert executor.kube.stats.snapshot()["APPLY"] == 4     # 409, 409, acquired, relinquish
