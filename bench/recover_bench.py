@@ -45,7 +45,7 @@ class Acknowledger(threading.Thread):
     def run(self):
         while not self.stop.is_set():
             try:
-                items, _ = self.cluster.kube.list_hrs(None)
+                items = self.cluster.kube.list_hrs(None)
                 for hr in items:
                     md = hr["metadata"]
                     if hr["spec"].get("suspend") and \

@@ -299,21 +299,10 @@ class Kube:
                 return None
             raise
 
-    def list_hrs(self, namespace: str | None = None, label_selector: str | None = None,
-                 resource_version: str | None = None, limit: int = 500) -> tuple[list[dict], str]:
-        """Every HelmRelease (paged). Returns (items, list resourceVersion)."""
-        items: list[dict] = []
-        cont = None
-        rv = ""
-        while True:
-            out = self.request("LIST", "GET", hr_path(namespace), query={
-                "labelSelector": label_selector, "limit": limit, "continue": cont,
-                "resourceVersion": resource_version if not cont else None})
-            items.extend(out.get("items") or [])
-            rv = out.get("metadata", {}).get("resourceVersion", rv)
-            cont = out.get("metadata", {}).get("continue")
-            if not cont:
-                return items, rv
+    def list_hrs(self, namespace: str | None = None,
+                 label_selector: str | None = None) -> list[dict]:
+        """Every HelmRelease of a fresh (paged) LIST."""
+        return [hr for items, _ in self.iter_hr_pages(namespace, label_selector) for hr in items]
 
     def iter_hr_pages(self, namespace: str | None = None, label_selector: str | None = None,
                       limit: int = 500) -> Iterator[tuple[list[dict], str]]:

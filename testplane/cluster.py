@@ -172,7 +172,7 @@ class SimulatedHelmController:
             self._stop.wait(self.interval)
 
     def step(self):
-        items, _ = self.cluster.kube.list_hrs(self.namespace)
+        items = self.cluster.kube.list_hrs(self.namespace)
         for hr in items:
             md, spec = hr["metadata"], hr.get("spec", {})
             name = md["name"]

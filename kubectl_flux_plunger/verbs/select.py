@@ -33,7 +33,7 @@ def fetch(kube: Kube, sel: Selection) -> tuple[list[dict], list[str]]:
             else:
                 found.append(hr)
         return found, missing
-    items, _ = kube.list_hrs(None if sel.all_namespaces else sel.namespace, sel.selector)
+    items = kube.list_hrs(None if sel.all_namespaces else sel.namespace, sel.selector)
     items.sort(key=lambda h: (h["metadata"].get("namespace", ""), h["metadata"]["name"]))
     return items, []
 

@@ -66,4 +66,4 @@ def test_serve_with_exactly_the_shipped_rbac_against_helm_controller(
     for r in runs:
         logs = r.logs().lower()
         assert "forbidden" not in logs and " 403" not in logs, r.logs()
-    assert not cluster.kube.list_hrs(ns)[0][0]["metadata"].get("deletionTimestamp")
+    assert not cluster.get(ns, "demo")["metadata"].get("deletionTimestamp")
