@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .cluster import Cluster
 from .helmctl import (ChartServer, HelmController, break_release, build_chart, helmrelease,
-                      publish_chart, ready, request_reconcile)
+                      is_ready, publish_chart, ready, request_reconcile)
 from .plane import ControlPlane, wait_for
 
 
@@ -62,7 +62,7 @@ def main(argv: list[str]) -> int:
             cluster.apply(helmrelease(ns, name, name), manager="kustomize-controller")
         say("helm-controller installs both releases")
         for name in ("healthy", "stuck"):
-            wait_for(lambda n=name: (ready(cluster.get(ns, n)) or ("",))[0] == "True", 120,
+            wait_for(lambda n=name: is_ready(cluster.get(ns, n)), 120,
                      f"{ns}/{name} Ready")
             print(f"{ns}/{name}: {condition(cluster, ns, name)}")
 
@@ -83,7 +83,7 @@ def main(argv: list[str]) -> int:
             return rc
         say("helm-controller reconciles it again")
         started = time.monotonic()
-        wait_for(lambda: (ready(cluster.get(ns, "stuck")) or ("",))[0] == "True", 120,
+        wait_for(lambda: is_ready(cluster.get(ns, "stuck")), 120,
                  "the recovered release to become Ready")
         print(f"{ns}/stuck: {condition(cluster, ns, 'stuck')} "
               f"(after {time.monotonic() - started:.1f}s)")

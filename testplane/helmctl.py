@@ -6,11 +6,13 @@ No source-controller: the test publishes the chart through an ExternalArtifact w
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import hashlib
 import io
 import os
+import signal
 import tarfile
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -147,6 +149,21 @@ class HelmController:
         if self.process:
             self.process.stop()
 
+    def pause(self) -> None:
+        """SIGSTOP: helm-controller sees nothing until :meth:`resume` (ordering tests)."""
+        self.process.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self.process.proc.send_signal(signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def paused(self):
+        self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
+
     @property
     def version(self) -> str:
         return binaries.module_version("helm-controller", "github.com/fluxcd/helm-controller")
@@ -178,6 +195,10 @@ def request_reconcile(kube, namespace: str, name: str) -> None:
     kube.request("PATCH", "PATCH", hr_path(namespace, name), content_type=MERGE_PATCH,
                  body={"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": stamp}}},
                  query={"fieldManager": "flux-client-side-apply"})
+
+
+def is_ready(hr: dict | None) -> bool:
+    return (ready(hr) or ("",))[0] == "True"
 
 
 def ready(hr: dict | None) -> tuple[str, str, str] | None:

@@ -6,7 +6,8 @@ import pytest
 
 from testplane.binaries import BuildError
 from testplane.cluster import eventually
-from testplane.helmctl import ChartServer, HelmController, build_chart, helmrelease, publish_chart, ready
+from testplane.helmctl import (ChartServer, HelmController, build_chart, helmrelease, is_ready,
+                               publish_chart, ready)
 from testplane.plane import PlaneError
 
 
@@ -39,8 +40,8 @@ def installed(helm_controller, chart_server, cluster, ns):
         publish_chart(cluster.kube, ns, name, chart_server.chart, chart_server)
         body = helmrelease(ns, name, name, **spec)
         cluster.apply(body, manager="kustomize-controller")
-        eventually(lambda: (ready(cluster.get(ns, name)) or ("",))[0] == "True", 90,
-                   f"{ns}/{name} Ready=True (helm-controller log: {helm_controller.process.log})")
+        wait_ready(cluster, ns, name, 90,
+                   f" (helm-controller log: {helm_controller.process.log})")
         return cluster.get(ns, name)
     return _install
 
@@ -52,6 +53,5 @@ def wait_stuck(cluster, ns, name="demo", timeout=60):
     eventually(stuck, timeout, f"{ns}/{name} stuck with 'has no deployed releases'")
 
 
-def wait_ready(cluster, ns, name="demo", timeout=90):
-    eventually(lambda: (ready(cluster.get(ns, name)) or ("",))[0] == "True", timeout,
-               f"{ns}/{name} Ready=True")
+def wait_ready(cluster, ns, name="demo", timeout=90, hint=""):
+    eventually(lambda: is_ready(cluster.get(ns, name)), timeout, f"{ns}/{name} Ready=True{hint}")

@@ -9,8 +9,9 @@ import tarfile
 from pathlib import Path
 
 from kubectl_flux_plunger.kube import KubeError
-from testplane.cluster import eventually
-from testplane.helmctl import helmrelease, publish_chart, ready
+from testplane.helmctl import helmrelease, publish_chart
+
+from .conftest import wait_ready
 
 CHART = Path(__file__).resolve().parents[2] / "controller" / "chart" / "flux-plunger"
 
@@ -42,8 +43,8 @@ def test_helm_controller_installs_the_controller_chart(helm_controller, chart_se
     publish_chart(cluster.kube, ns, "flux-plunger-chart", chart, chart_server)
     cluster.apply(helmrelease(ns, "flux-plunger", "flux-plunger-chart",
                               releaseName="flux-plunger"), manager="kustomize-controller")
-    eventually(lambda: (ready(cluster.get(ns, "flux-plunger")) or ("",))[0] == "True", 90,
-               f"helm-controller to install the chart (log: {helm_controller.process.log})")
+    wait_ready(cluster, ns, "flux-plunger", 90,
+               f" (helm-controller log: {helm_controller.process.log})")
     dep = get(cluster, f"/apis/apps/v1/namespaces/{ns}/deployments/flux-plunger")
     assert dep["spec"]["replicas"] == 1
     assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 90

@@ -3,7 +3,6 @@ during recovery still reaches the Helm uninstall (both orders), and a release su
 another manager is left alone."""
 from __future__ import annotations
 
-import signal
 
 from kubectl_flux_plunger import constants as C
 from kubectl_flux_plunger.events import Recorder
@@ -57,7 +56,6 @@ def _hold_then_delete(ex, cluster, ns, helm_controller, helm_controller_first: b
     """Delete the release while flux-plunger holds its suspension (what a crash mid-recovery
     or a delete racing a recovery leaves), in the given order relative to helm-controller."""
     from tests.apiserver.conftest import hold
-    proc = helm_controller.process.proc
     hold(cluster, ns)
     gen = cluster.get(ns, "demo")["metadata"]["generation"]
     eventually(lambda: cluster.get(ns, "demo")["status"].get("observedGeneration") == gen, 30,
@@ -71,13 +69,10 @@ def _hold_then_delete(ex, cluster, ns, helm_controller, helm_controller_first: b
         assert configmap(cluster, ns, "demo-cm") is not None      # skipped: it was suspended
         _finish(ex, cluster, ns)
     else:
-        proc.send_signal(signal.SIGSTOP)
-        try:
+        with helm_controller.paused():
             cluster.delete_hr(ns, "demo")
             out = ex.reconcile(ns, "demo")
             assert out.result == "relinquished", out
-        finally:
-            proc.send_signal(signal.SIGCONT)
         _finish(ex, cluster, ns)
 
 
@@ -108,7 +103,6 @@ def test_without_the_fence_helm_controller_skips_the_uninstall_of_a_suspended_re
 
 
 def _delete_mid_recovery(ex, cluster, ns, helm_controller, helm_controller_first):
-    proc = helm_controller.process.proc
     fired = []
 
     def hook(verb, path):
@@ -121,13 +115,13 @@ def _delete_mid_recovery(ex, cluster, ns, helm_controller, helm_controller_first
                        cluster.get(ns, "demo")["metadata"]["finalizers"], 30,
                        "helm-controller to drop its finalizer from the suspended release")
         else:
-            proc.send_signal(signal.SIGSTOP)
+            helm_controller.pause()
             cluster.delete_hr(ns, "demo")
     ex.kube.before_request = hook
     try:
         out = ex.reconcile(ns, "demo")
     finally:
-        proc.send_signal(signal.SIGCONT)
+        helm_controller.resume()
         ex.kube.before_request = None
     assert fired and out.result == "deferred" and "terminating" in out.detail, out
     hr = cluster.get(ns, "demo")

@@ -3,7 +3,6 @@ helm-controller: a release flux-plunger still holds is deleted; the command lift
 suspension, lets helm-controller uninstall it, and only then releases the fence."""
 from __future__ import annotations
 
-import signal
 
 from kubectl_flux_plunger import constants as C
 from testplane.cluster import eventually
@@ -16,13 +15,9 @@ from .test_helm_controller_facts import configmap
 def test_release_fence_waits_for_the_real_uninstall(installed, cluster, ns, cli,
                                                     helm_controller):
     installed()
-    proc = helm_controller.process.proc
-    proc.send_signal(signal.SIGSTOP)       # the delete lands while helm-controller is away
-    try:
+    with helm_controller.paused():       # the delete lands while helm-controller is away
         hold(cluster, ns)
         cluster.delete_hr(ns, "demo")
-    finally:
-        proc.send_signal(signal.SIGCONT)
     # helm-controller sees a suspended, deleted release: it drops its finalizer only
     eventually(lambda: C.HELM_CONTROLLER_FINALIZER not in
                cluster.get(ns, "demo")["metadata"]["finalizers"], 30,

@@ -2,7 +2,6 @@
 delete of a release flux-plunger holds still reaches the Helm uninstall."""
 from __future__ import annotations
 
-import signal
 
 from kubectl_flux_plunger import constants as C
 from testplane.cluster import eventually
@@ -40,16 +39,12 @@ def test_serve_carries_a_delete_of_a_held_release_through_the_uninstall(
     gen = cluster.get(ns, "demo")["metadata"]["generation"]
     eventually(lambda: cluster.get(ns, "demo")["status"].get("observedGeneration") == gen, 30,
                "helm-controller to observe the suspension")
-    proc = helm_controller.process.proc
-    proc.send_signal(signal.SIGSTOP)
-    try:
+    with helm_controller.paused():
         cluster.delete_hr(ns, "demo")
         serve("-n", ns, "--no-leader-elect", *FAST)
         eventually(lambda: cluster.get(ns, "demo")["spec"].get("suspend") is None, 30,
                    "serve to lift its suspension")
         assert C.FENCE in cluster.get(ns, "demo")["metadata"]["finalizers"]
-    finally:
-        proc.send_signal(signal.SIGCONT)
     eventually(lambda: cluster.get(ns, "demo") is None, 60, "the release to go")
     assert configmap(cluster, ns, "demo-cm") is None
     assert cluster.secret_names(ns, "demo") == []

@@ -45,17 +45,13 @@ def test_serve_with_exactly_the_shipped_rbac_against_helm_controller(
 
         # while no serve runs: a crash left our hold, then the release is deleted while
         # helm-controller is paused; the next serve must carry it through the uninstall
-        proc = helm_controller.process.proc
-        proc.send_signal(signal.SIGSTOP)
-        try:
+        with helm_controller.paused():
             hold(cluster, ns, "held")
             cluster.delete_hr(ns, "held")
             runs.append(Serve(_Plane(kc), tmp_path, "serve-sa-2", args))
             eventually(lambda: cluster.get(ns, "held")["spec"].get("suspend") is None, 30,
                        "serve to lift its suspension")
             assert C.FENCE in cluster.get(ns, "held")["metadata"]["finalizers"]
-        finally:
-            proc.send_signal(signal.SIGCONT)
         eventually(lambda: cluster.get(ns, "held") is None, 60, "the held release to go")
         assert configmap(cluster, ns, "held-cm") is None        # uninstalled
         runs[1].signal(signal.SIGTERM)
