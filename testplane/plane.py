@@ -110,18 +110,20 @@ class ControlPlane:
         plane.install_crds()
         return plane
 
-    def start(self) -> "ControlPlane":
+    def start(self, *, crds: bool = True) -> "ControlPlane":
+        """``crds=False`` leaves the Flux CRDs out (a cluster without Flux)."""
         started = time.monotonic()
         etcd_bin = binaries.ensure("etcd")
         api_bin = binaries.ensure("kube-apiserver")
-        crds = binaries.crd_dir()
+        crd_dir = binaries.crd_dir() if crds else None
         self.files = certs.write_pki(self.workdir / "pki")
         self._start_etcd(etcd_bin)
         self.port = free_port()
         self._api_argv = self._apiserver_args(api_bin)
         self._start_apiserver()
         self._write_admin_kubeconfig()
-        self.install_crds(crds)
+        if crds:
+            self.install_crds(crd_dir)
         self.start_seconds = time.monotonic() - started
         return self
 
