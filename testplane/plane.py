@@ -163,7 +163,56 @@ class ControlPlane:
             "--authorization-mode=RBAC", "--disable-admission-plugins=ServiceAccount",
             "--service-cluster-ip-range=10.0.0.0/24", "--allow-privileged=true",
             "--event-ttl=1h", "--v=1",
+            f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0",
         ]
+
+    # -- audit log (what a process really sent, counted from outside it) ----------
+
+    @property
+    def audit_log(self) -> Path:
+        return self.workdir / "audit.log"
+
+    def _audit_policy(self) -> Path:
+        """One Metadata-level event per request, written when the response completes."""
+        path = self.workdir / "audit-policy.yaml"
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy",
+            "omitStages": ["RequestReceived", "ResponseStarted"],
+            "rules": [{"level": "Metadata"}]}))
+        return path
+
+    def audit_mark(self) -> int:
+        """A position in the audit log; ``audit_events(since=mark)`` reads what came after."""
+        try:
+            return self.audit_log.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def audit_events(self, since: int = 0, *, user_agent: str | None = None,
+                     user: str | None = None) -> list[dict]:
+        """Audit events written after ``since``, optionally only those whose user agent
+        starts with ``user_agent`` or whose user is ``user``.  Raises when this plane is an
+        existing cluster (its audit log is not ours to read)."""
+        if not self.owned:
+            raise PlaneError("the audit log is only available on a control plane started here")
+        try:
+            with open(self.audit_log, "rb") as fh:
+                fh.seek(since)
+                raw = fh.read()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in raw.splitlines():
+            if not line.strip():
+                continue
+            ev = json.loads(line)
+            if user_agent and not (ev.get("userAgent") or "").startswith(user_agent):
+                continue
+            if user and (ev.get("user") or {}).get("username") != user:
+                continue
+            out.append(ev)
+        return out
 
     def _start_apiserver(self) -> None:
         self.apiserver = Process("kube-apiserver", self._api_argv, self.workdir / "kube-apiserver.log")
