@@ -18,6 +18,9 @@ from .ownership import fence_indices as fence_indices  # re-exported
 from .ownership import is_fenced as is_fenced  # re-exported
 
 _DECIMAL = re.compile(r"[0-9]+")
+# Helm revisions are Go ints; a longer run of digits is not a revision (and would exceed
+# Python's int-from-string digit limit)
+MAX_REVISION_DIGITS = 18
 _RFC3339 = re.compile(
     r"([0-9]{4}-[0-9]{2}-[0-9]{2})[Tt ]([0-9]{2}:[0-9]{2}:[0-9]{2})"  # date, time
     r"(\.[0-9]+)?([Zz]|[+-][0-9]{2}:[0-9]{2})?"  # fraction, offset
@@ -104,7 +107,7 @@ def processed_annotation_present(hr: dict) -> bool:
 def processed_version(hr: dict) -> int | None:
     """The processed-version annotation as a decimal int; absent or unparsable → None."""
     value = annotations(hr).get(constants.PROCESSED_ANNOTATION)
-    if isinstance(value, str) and _DECIMAL.fullmatch(value):
+    if isinstance(value, str) and len(value) <= MAX_REVISION_DIGITS and _DECIMAL.fullmatch(value):
         return int(value)
     return None
 
@@ -178,6 +181,20 @@ def already_processed(hr: dict, revision: int) -> tuple[bool, str]:
     )
 
 
+def awaiting_retry_without_storage(hr: dict) -> tuple[bool, str]:
+    """The staleness guard when the release has no storage left at all: a recovery deleted
+    its only revision and helm-controller has not attempted it since (it then installs
+    afresh).  Not a skip: the release awaits helm-controller.  (True, why) or (False, "")."""
+    processed = processed_version(hr)
+    if processed is None or attempted_since_generation(hr):
+        return False, ""
+    return True, (
+        f"revision {processed} was deleted by an earlier recovery (no storage is left) and "
+        f"helm-controller has not retried since (lastAttemptedGeneration "
+        f"{dig(hr, 'status', 'lastAttemptedGeneration')}, generation {generation(hr)})"
+    )
+
+
 def parse_timestamp(value: Any) -> datetime | None:
     """An RFC 3339 timestamp as an aware datetime (UTC when no offset); None if unparsable.
 
@@ -219,7 +236,7 @@ def has_remote_kubeconfig(hr: dict) -> bool:
     return bool(dig(hr, "spec", "kubeConfig"))
 
 
-def _legacy_suspension(hr: dict) -> bool:
+def legacy_suspension(hr: dict) -> bool:
     """True when a suspension we do not own looks left behind by an older flux-plunger.
 
     Older versions marked it with an annotation, or suspended through the shared client-side
@@ -231,30 +248,3 @@ def _legacy_suspension(hr: dict) -> bool:
         manager == constants.CLIENT_SIDE_MANAGER for manager, _ in ownership.suspend_owners(hr)
     )
     return client_side_owns and processed_annotation_present(hr)
-
-
-def state_of(hr: dict, now: datetime) -> str:
-    """The state shown by ``status`` (SPEC §2), first match wins.
-
-    Precedence, most urgent first:
-    1. ``delete-held``: terminating and fenced (our fence is what holds the delete);
-    2. ``recovering``: suspended and owned by us (a recovery in flight or interrupted);
-    3. ``legacy-suspension`` / ``suspended-by-other``: a suspension we do not own;
-    4. ``fenced``: live, not suspended, our fence still present;
-    5. ``remote-skipped``: stuck, but storage is in a remote cluster (spec.kubeConfig);
-    6. ``stuck``; 7. ``healthy``.
-    No state depends on time; ``now`` is taken so callers pass one clock to every helper.
-    """
-    del now  # states are time-independent; see docstring
-    suspended = is_suspended(hr)
-    if is_terminating(hr) and is_fenced(hr):
-        return "delete-held"
-    if suspended and ownership.owns_suspend(hr):
-        return "recovering"
-    if suspended:
-        return "legacy-suspension" if _legacy_suspension(hr) else "suspended-by-other"
-    if is_fenced(hr):
-        return "fenced"
-    if is_stuck(hr):
-        return "remote-skipped" if has_remote_kubeconfig(hr) else "stuck"
-    return "healthy"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -19,13 +20,20 @@ from urllib.parse import quote, urlencode
 from . import constants as C
 
 JSON = "application/json"
+READ_VERBS = frozenset({"GET", "LIST"})
+READ_RETRIES = 3          # extra attempts of a read answered 429/5xx
+MAX_RETRY_AFTER = 10.0    # seconds; a longer Retry-After is capped
+DEFAULT_REQUEST_TIMEOUT = 30.0
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"  # JSON is valid YAML; the apiserver accepts it
 
 
 class KubeError(Exception):
-    """A request failed. ``status`` is the HTTP status (0 when no answer came)."""
+    """A request failed. ``status`` is the HTTP status (0 when no answer came).
+
+    Callers catch the subclass that names what happened (``except Conflict:``); the
+    status-code properties stay for code that still asks them."""
 
     def __init__(self, status: int, reason: str, message: str, body: dict | None = None):
         super().__init__(message)
@@ -57,8 +65,73 @@ class KubeError(Exception):
         details = self.body.get("details") or {}
         return self.not_found and bool(details.get("name") or details.get("kind"))
 
+    @property
+    def failed_test_op(self) -> bool:
+        """A JSON patch whose ``test`` op did not hold (the object changed since our read):
+        the apiserver answers 422 and names the failed test."""
+        return self.status == 422 and "test" in self.message and "failed" in self.message
+
     def __str__(self) -> str:
         return self.message
+
+
+class Unreachable(KubeError):
+    """No answer came (connection refused, timeout, broken stream)."""
+
+
+class BadRequest(KubeError):
+    """400."""
+
+
+class Unauthorized(KubeError):
+    """401: the credentials were refused."""
+
+
+class Forbidden(KubeError):
+    """403: RBAC (or an admission plugin) forbids the request."""
+
+
+class NotFound(KubeError):
+    """404: the object — or, without details, the API itself — does not exist."""
+
+
+class Conflict(KubeError):
+    """409: the object changed since our read (resourceVersion/uid precondition), it
+    already exists, or a server-side apply met another manager's field."""
+
+    @property
+    def field_manager_conflict(self) -> bool:
+        """A server-side apply refused because another manager owns a field we set."""
+        causes = (self.body.get("details") or {}).get("causes") or []
+        return any(isinstance(c, dict) and c.get("reason") == "FieldManagerConflict"
+                   for c in causes)
+
+
+class Gone(KubeError):
+    """410: the resourceVersion is too old (watch/list)."""
+
+
+class Invalid(KubeError):
+    """422: the request is invalid (a failed JSON patch ``test``, an admission denial…)."""
+
+
+class TooManyRequests(KubeError):
+    """429: API priority and fairness (or a webhook) asked us to slow down."""
+
+
+class ServerError(KubeError):
+    """5xx."""
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {
+    0: Unreachable, 400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound,
+    409: Conflict, 410: Gone, 422: Invalid, 429: TooManyRequests}
+
+
+def kube_error(status: int, reason: str, message: str, body: dict | None = None) -> KubeError:
+    """The KubeError subclass for ``status``."""
+    cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else KubeError)
+    return cls(status, reason, message, body)
 
 
 class ConfigError(Exception):
@@ -245,9 +318,30 @@ class Kube:
 
     def request(self, verb: str, method: str, path: str, *, query: dict | None = None,
                 body: Any = None, content_type: str | None = None, write: bool = False,
-                timeout: float | None = None, stream: bool = False):
+                timeout: float | None = None, stream: bool = False) -> Any:
         """Send one request. Returns the decoded JSON body (or the raw response when
-        ``stream``). Raises :class:`KubeError` for any non-2xx answer or transport failure."""
+        ``stream``). Raises :class:`KubeError` (a subclass naming the status) for any
+        non-2xx answer or transport failure.
+
+        Reads (GET, LIST) answered 429 or 5xx are retried a bounded number of times,
+        honouring ``Retry-After``; writes and watches never are (a write's caller
+        re-reads and re-decides)."""
+        attempt = 0
+        while True:
+            try:
+                return self._send(verb, method, path, query=query, body=body,
+                                  content_type=content_type, write=write, timeout=timeout,
+                                  stream=stream)
+            except (TooManyRequests, ServerError) as exc:
+                if verb not in READ_VERBS or attempt >= READ_RETRIES:
+                    raise
+                delay = _retry_after(exc, attempt)
+                attempt += 1
+            time.sleep(delay)
+
+    def _send(self, verb: str, method: str, path: str, *, query: dict | None,
+              body: Any, content_type: str | None, write: bool, timeout: float | None,
+              stream: bool) -> Any:
         import urllib3  # comes with the client
 
         q = {k: v for k, v in (query or {}).items() if v is not None}
@@ -269,17 +363,17 @@ class Kube:
                 urllib3.Timeout(connect=30, read=None),
                 retries=False)
         except urllib3.exceptions.HTTPError as exc:
-            raise KubeError(0, "Unreachable",
-                            f"cannot reach the Kubernetes API at {self._cfg.host}: "
-                            f"{_one_line(exc)}") from None
+            raise Unreachable(0, "Unreachable",
+                              f"cannot reach the Kubernetes API at {self._cfg.host}: "
+                              f"{_one_line(exc)}") from None
         if stream:
             if resp.status >= 300:
                 raw = resp.read()
                 resp.release_conn()
-                raise _error_from(resp.status, raw)
+                raise _error_from(resp.status, raw, resp.headers.get("Retry-After"))
             return resp
         if resp.status >= 300:
-            raise _error_from(resp.status, resp.data)
+            raise _error_from(resp.status, resp.data, resp.headers.get("Retry-After"))
         if not resp.data:
             return {}
         try:
@@ -328,18 +422,29 @@ class Kube:
             "fieldSelector": field_selector,
             "resourceVersion": resource_version, "timeoutSeconds": timeout_seconds},
             stream=True, timeout=timeout_seconds + 30)
-        buf = b""
+        buf = bytearray()
         try:
-            for chunk in resp.stream(4096, decode_content=True):
+            for chunk in resp.stream(65536, decode_content=True):
+                # one growing buffer; each complete line is cut off its front once (a long
+                # object split over many chunks is scanned only from where the last scan
+                # stopped, never re-copied per chunk)
+                scanned = len(buf)
                 buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
+                start = 0
+                nl = buf.find(b"\n", scanned)
+                while nl >= 0:
+                    line = bytes(buf[start:nl])
+                    start = nl + 1
                     if line.strip():
                         yield json.loads(line)
+                    nl = buf.find(b"\n", start)
+                if start:
+                    del buf[:start]
         except Exception as exc:
             import urllib3
             if isinstance(exc, (urllib3.exceptions.HTTPError, OSError)):
-                raise KubeError(0, "Unreachable", f"watch interrupted: {_one_line(exc)}") from None
+                raise Unreachable(0, "Unreachable",
+                                  f"watch interrupted: {_one_line(exc)}") from None
             raise
         finally:
             resp.release_conn()
@@ -371,12 +476,19 @@ class Kube:
                            query={"labelSelector": label_selector})
         return out.get("items") or []
 
-    def delete_secret(self, namespace: str, name: str, uid: str) -> dict:
-        """DELETE with a uid precondition: a Secret re-created under the same name stays.
+    def delete_secret(self, namespace: str, name: str, uid: str,
+                      resource_version: str | None = None) -> dict:
+        """DELETE with uid and resourceVersion preconditions: a Secret re-created under the
+        same name stays, and so does one rewritten in place (Helm updates release Secrets
+        keeping their uid) since it was judged.  A failed precondition answers 409.
 
         The apiserver reads a DELETE's options from the body when there is one and then
         ignores the query, so dry-run must travel in the body too."""
-        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        preconditions = {"uid": uid}
+        if resource_version:
+            preconditions["resourceVersion"] = resource_version
+        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions",
+                                   "preconditions": preconditions}
         if self.dry_run:
             options["dryRun"] = ["All"]
         return self.request("DELETE", "DELETE", core_path("secrets", namespace, name),
@@ -443,7 +555,24 @@ def _one_line(exc: Exception) -> str:
     return text[:300] or type(exc).__name__
 
 
-def _error_from(status: int, raw: bytes) -> KubeError:
+def _retry_after(exc: KubeError, attempt: int) -> float:
+    """Seconds to wait before retrying a read: the server's Retry-After (capped), else an
+    exponential backoff from 0.2 s."""
+    hint = exc.body.get("_retryAfter") if isinstance(exc.body, dict) else None
+    try:
+        seconds = float(hint) if hint is not None else None
+    except (TypeError, ValueError):
+        seconds = None
+    if seconds is None:
+        details = exc.body.get("details") if isinstance(exc.body, dict) else None
+        value = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+        seconds = float(value) if isinstance(value, (int, float)) else None
+    if seconds is None:
+        seconds = 0.2 * (2 ** attempt)
+    return max(0.0, min(seconds, MAX_RETRY_AFTER))
+
+
+def _error_from(status: int, raw: bytes, retry_after: str | None = None) -> KubeError:
     body: dict = {}
     try:
         body = json.loads(raw) if raw else {}
@@ -454,7 +583,9 @@ def _error_from(status: int, raw: bytes) -> KubeError:
     reason = body.get("reason") or {401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
                                      409: "Conflict", 410: "Gone"}.get(status, "Error")
     message = body.get("message") or (raw.decode("utf-8", "replace").strip()[:300] if raw else "")
-    return KubeError(status, reason, " ".join(message.split()) or f"HTTP {status}", body)
+    if retry_after is not None:
+        body = {**body, "_retryAfter": retry_after}
+    return kube_error(status, reason, " ".join(message.split()) or f"HTTP {status}", body)
 
 
 IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"

@@ -11,8 +11,10 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 
-from . import constants
+from . import constants, storage
 from .detect import (
+    already_processed,
+    awaiting_retry_without_storage,
     has_remote_kubeconfig,
     held_seconds,
     is_fenced,
@@ -35,6 +37,30 @@ class Action(enum.Enum):
     RECOVER = "recover"  # run the recovery sequence
 
 
+class Row(str, enum.Enum):
+    """The rows of the decision table (SPEC §6), closed.  A ``str`` so it prints and
+    serialises as its value."""
+
+    GONE = "gone"
+    TERMINATING_SUSPENDED_OWNED = "terminating-suspended-owned"
+    TERMINATING_SUSPENDED_FOREIGN = "terminating-suspended-foreign"
+    TERMINATING_FENCED_UNINSTALLED = "terminating-fenced-uninstalled"
+    TERMINATING_FENCED_WAITING = "terminating-fenced-waiting"
+    TERMINATING_UNFENCED = "terminating-unfenced"
+    LIVE_SUSPENDED_FOREIGN = "live-suspended-foreign"
+    LIVE_SUSPENDED_OWNED = "live-suspended-owned"
+    LIVE_FENCED = "live-fenced"
+    REMOTE_KUBECONFIG = "remote-kubeconfig"
+    LIVE_STUCK = "live-stuck"
+    HEALTHY = "healthy"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ROWS = frozenset(Row)
+
+
 @dataclass(frozen=True)
 class EventSpec:
     """An Event to record on the HelmRelease: reason, type ("Normal"/"Warning"), static message."""
@@ -49,7 +75,7 @@ class Decision:
     """The action for one pass over one release, the table row that chose it, and why."""
 
     action: Action
-    row: str
+    row: Row
     reason: str
     event: EventSpec | None
     requeue_after: float | None
@@ -102,10 +128,17 @@ RECOVERY_DEFERRED = EventSpec(
     "between read and write; retrying on the next pass",
 )
 
+RECOVERED = EventSpec(
+    "Recovered",
+    NORMAL,
+    "Deleted the Helm storage revision that blocked upgrades with \"has no deployed "
+    "releases\"; helm-controller reconciles the release again",
+)
+
 
 def _decision(
     action: Action,
-    row: str,
+    row: Row,
     reason: str,
     event: EventSpec | None = None,
     requeue_after: float | None = None,
@@ -126,7 +159,7 @@ def _decide_terminating(
     if is_suspended(hr) and owns_suspend(hr):
         return _decision(
             Action.RELINQUISH,
-            "terminating-suspended-owned",
+            Row.TERMINATING_SUSPENDED_OWNED,
             "being deleted while suspended by flux-plunger: lift the suspension, keep the fence",
         )
     if is_suspended(hr):
@@ -137,23 +170,23 @@ def _decide_terminating(
         )
         return _decision(
             _fence_or_nothing(hr),
-            "terminating-suspended-foreign",
+            Row.TERMINATING_SUSPENDED_FOREIGN,
             "being deleted while suspended by another manager: only our fence can go",
             event,
         )
     if not is_fenced(hr):
-        return _decision(Action.NOTHING, "terminating-unfenced", "being deleted; nothing of ours")
+        return _decision(Action.NOTHING, Row.TERMINATING_UNFENCED, "being deleted; nothing of ours")
     if uninstall_reached(hr):
         return _decision(
             Action.REMOVE_FENCE,
-            "terminating-fenced-uninstalled",
+            Row.TERMINATING_FENCED_UNINSTALLED,
             "helm-controller has handled the unsuspended release: the fence can go",
         )
     held = held_seconds(hr, now)
     warn = held is not None and held >= fence_warn_after
     return _decision(
         Action.WAIT_FENCE,
-        "terminating-fenced-waiting",
+        Row.TERMINATING_FENCED_WAITING,
         "fence holds the delete until helm-controller reconciles the unsuspended release",
         UNINSTALL_FENCE_HELD if warn else None,
         fence_recheck,
@@ -166,31 +199,31 @@ def _decide_live(hr: dict) -> Decision:
         recovered = processed_annotation_present(hr)
         return _decision(
             _fence_or_nothing(hr),
-            "live-suspended-foreign",
+            Row.LIVE_SUSPENDED_FOREIGN,
             "suspended by another manager: left untouched, only our fence can go",
             SUSPENSION_NOT_OWNED_AFTER_RECOVERY if recovered else SUSPENSION_NOT_OWNED,
         )
     if is_suspended(hr):
         return _decision(
             Action.RELINQUISH,
-            "live-suspended-owned",
+            Row.LIVE_SUSPENDED_OWNED,
             "suspended by flux-plunger (interrupted recovery): lift it with the fence",
         )
     if is_fenced(hr):
         return _decision(
-            Action.REMOVE_FENCE, "live-fenced", "not suspended but still fenced: remove the fence"
+            Action.REMOVE_FENCE, Row.LIVE_FENCED, "not suspended but still fenced: remove the fence"
         )
     if is_stuck(hr) and has_remote_kubeconfig(hr):
         return _decision(
             Action.NOTHING,
-            "remote-kubeconfig",
+            Row.REMOTE_KUBECONFIG,
             "stuck, but its Helm storage is in a remote cluster (spec.kubeConfig): skipped",
         )
     if is_stuck(hr):
         return _decision(
-            Action.RECOVER, "live-stuck", "stuck with \"has no deployed releases\": recover"
+            Action.RECOVER, Row.LIVE_STUCK, "stuck with \"has no deployed releases\": recover"
         )
-    return _decision(Action.NOTHING, "healthy", "nothing to do")
+    return _decision(Action.NOTHING, Row.HEALTHY, "nothing to do")
 
 
 def decide(
@@ -206,7 +239,7 @@ def decide(
     RECOVER (``detect.already_processed``) rather than here.
     """
     if hr is None:
-        return _decision(Action.NOTHING, "gone", "the HelmRelease no longer exists")
+        return _decision(Action.NOTHING, Row.GONE, "the HelmRelease no longer exists")
     if is_terminating(hr):
         return _decide_terminating(hr, now, fence_warn_after, fence_recheck)
     return _decide_live(hr)
@@ -221,3 +254,33 @@ def predicate(hr: dict) -> bool:
         or is_fenced(hr)
         or (suspended and is_terminating(hr))
     )
+
+
+@dataclass(frozen=True)
+class StorageVerdict:
+    """The storage half of the live-stuck row (it needs the storage LIST, so it is not in
+    ``decide``): recover the chosen revision, await helm-controller's retry after an earlier
+    recovery, or skip with the reason.  ``executor`` and ``status`` both use this."""
+
+    verdict: str            # "recover" | "awaiting-retry" | "skipped"
+    detail: str
+    choice: storage.Choice
+
+
+def storage_verdict(hr: dict, secrets: list[dict]) -> StorageVerdict:
+    choice = storage.choose_revision(hr, secrets)
+    newest = choice.revision.number if choice.revision is not None else None
+    # first: did we just recover it? (its newest revision is then one helm-controller
+    # handles itself — or none at all when the deleted one was the only one — and the old
+    # condition only waits for helm-controller's retry)
+    if newest is not None:
+        done, why = already_processed(hr, newest)
+    elif not choice.storage_found:
+        done, why = awaiting_retry_without_storage(hr)
+    else:
+        done, why = False, ""
+    if done:
+        return StorageVerdict("awaiting-retry", why, choice)
+    if not choice.ok:
+        return StorageVerdict("skipped", choice.reason, choice)
+    return StorageVerdict("recover", choice.reason, choice)

@@ -25,8 +25,10 @@ MAX_RELEASE_NAME = 53
 _SHORT_PREFIX = 40
 _SHORT_HASH = 12
 _GZIP_MAGIC = b"\x1f\x8b\x08"
-_DECIMAL = re.compile(r"[0-9]+")
-_SECRET_NAME = re.compile(r"sh\.helm\.release\.v1\..+\.v([0-9]+)")
+# a revision is a Go int: at most 18 digits (longer runs are not revisions, and would exceed
+# Python's int-from-string digit limit)
+_DECIMAL = re.compile(r"[0-9]{1,18}")
+_SECRET_NAME = re.compile(r"sh\.helm\.release\.v1\..+\.v([0-9]{1,18})")
 
 # Helm's own descriptions, so crafted storage looks like what Helm writes.
 _DESCRIPTIONS = {
@@ -168,7 +170,11 @@ def decode_payload(secret: dict) -> dict:
         except (OSError, EOFError, zlib.error) as exc:
             raise PayloadError(f"the gzip stream is corrupt ({exc})") from None
     try:
-        release = json.loads(blob)
+        text = blob.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PayloadError("the release is not UTF-8 text") from None
+    try:
+        release = json.loads(text)
     except ValueError as exc:
         raise PayloadError(f"the release is not JSON ({exc})") from None
     if not isinstance(release, dict):
@@ -235,6 +241,7 @@ class Choice:
     helm_status: str | None
     ok: bool
     reason: str
+    storage_found: bool = True   # False: the release has no storage Secret at all
 
 
 def _refuse(reason: str, revision: Revision | None = None, status: str | None = None) -> Choice:
@@ -302,7 +309,9 @@ def _check_newest(newest: Revision, secret: dict, deployed: Revision | None) -> 
         prefix = "newest " if deployed is newest else ""
         return _refuse(f"{prefix}{_describe(deployed)} is deployed", newest, status)
     if payload is None:
-        return _refuse(f"{label} payload cannot be decoded: {error}", newest)
+        return _refuse(f"{label} has a corrupt payload: {error}", newest)
+    if status is None:
+        return _refuse(f"{label} has a corrupt payload: no info.status", newest)
     version = payload.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version != newest.number:
         return _refuse(f"{label} payload records version {version!r}", newest, status)
@@ -324,7 +333,9 @@ def choose_revision(hr: dict, secrets: list[dict]) -> Choice:
     release, namespace = release_name(hr), storage_namespace(hr)
     storage = _storage_of(release, secrets)
     if not storage:
-        return _refuse(f"no Helm storage Secrets for release {release} in namespace {namespace}")
+        return Choice(revision=None, helm_status=None, ok=False, storage_found=False,
+                      reason=f"no Helm storage Secrets for release {release} in namespace "
+                             f"{namespace}")
     numbered = [(rev, secret) for rev, secret in storage if rev.number is not None]
     if not numbered:
         first = min(rev.name for rev, _ in storage)

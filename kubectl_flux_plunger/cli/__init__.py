@@ -68,8 +68,8 @@ OUTPUTS = click.Choice(["table", "wide", "json", "yaml", "name"])
 
 def connection_options(f):
     """--kubeconfig, --context, --request-timeout."""
-    f = click.option("--request-timeout", type=DURATION, default="0",
-                     help="Time to wait for one API request (0: no timeout), e.g. 30s.")(f)
+    f = click.option("--request-timeout", type=DURATION, default="30s", show_default=True,
+                     help="Time to wait for one API request (0: no timeout).")(f)
     f = click.option("--context", "kube_context", metavar="NAME",
                      help="The kubeconfig context to use.")(f)
     f = click.option("--kubeconfig", metavar="PATH", type=click.Path(dir_okay=False),
@@ -87,6 +87,34 @@ def selection_options(f):
     f = click.option("-n", "--namespace", metavar="NS",
                      help="Namespace of the HelmReleases (default: the context's).")(f)
     return f
+
+
+def lease_options(f, *, force: bool = True):
+    """--lease-namespace (and --force): the running-controller check of writing verbs."""
+    if force:
+        f = click.option("--force", is_flag=True,
+                         help="Act even while a flux-plunger controller holds its Lease.")(f)
+    return click.option("--lease-namespace", metavar="NS",
+                        help="Namespace of the controller's Lease flux-plunger.cozystack.io "
+                             "[default: the pod's namespace in a cluster, else flux-plunger].")(f)
+
+
+def _controller_check(kube, lease_namespace, force: bool) -> None:
+    """Refuse (exit 1) while another identity holds the controller's Lease, unless forced."""
+    import datetime as dt
+
+    from .. import controller_lease
+
+    if lease_namespace is not None and not lease_namespace.strip():
+        raise click.UsageError("--lease-namespace must not be empty")
+    lease = controller_lease.read(kube, lease_namespace or controller_lease.default_lease_namespace())
+    now = dt.datetime.now(dt.timezone.utc)
+    if not lease.readable:
+        click.echo(f"warning: cannot tell whether a flux-plunger controller is running: "
+                   f"{lease.describe(now)}", err=True)
+    why = controller_lease.refusal(lease, now)
+    if why and not force:
+        fail(why)
 
 
 def output_option(f):
@@ -163,16 +191,26 @@ def cli():
 @connection_options
 @selection_options
 @output_option
+@click.option("--lease-namespace", metavar="NS",
+              help="Namespace of the controller's Lease flux-plunger.cozystack.io "
+                   "[default: the pod's namespace in a cluster, else flux-plunger].")
 @_api_errors
 def status(kubeconfig, kube_context, request_timeout, namespace, all_namespaces, selector,
-           names, output):
+           names, output, lease_namespace):
     """Show every HelmRelease flux-plunger would act on or has touched (read-only)."""
     from ..verbs import status as verb
     from . import render
 
     s = Session(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
                 selector, names)
-    rows, missing = verb.run(s.kube, s.selection)
+    import datetime as dt
+
+    if lease_namespace is not None and not lease_namespace.strip():
+        raise click.UsageError("--lease-namespace must not be empty")
+    lease = verb.controller(s.kube, lease_namespace)
+    rows, missing = verb.run(s.kube, s.selection, lease=lease)
+    if output in ("table", "wide") and rows:
+        click.echo(f"Controller: {lease.describe(dt.datetime.now(dt.timezone.utc))}", err=True)
     for m in missing:
         click.echo(f"Error from server (NotFound): {m}", err=True)
     if output in ("json", "yaml"):
@@ -192,7 +230,8 @@ def status(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
 
 
 def _run_table(verb_name, kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
-               selector, names, output, dry_run, concurrency, only_rows, handshake_timeout=30.0):
+               selector, names, output, dry_run, concurrency, only_rows, handshake_timeout=30.0,
+               lease_namespace=None, force=False):
     from ..events import Recorder
     from ..executor import Executor, Options
     from ..verbs import recover as verb
@@ -204,10 +243,13 @@ def _run_table(verb_name, kubeconfig, kube_context, request_timeout, namespace, 
     releases, missing = fetch(s.kube, s.selection)
     for m in missing:
         click.echo(f"Error from server (NotFound): {m}", err=True)
+    if releases and dry_run != "client":
+        _controller_check(s.kube, lease_namespace, force)
     opts = Options(dry_run_client=(dry_run == "client"), allow_recover=(only_rows is None),
                    handshake_timeout=handshake_timeout)
     executor = Executor(s.kube, Recorder(s.kube, enabled=(dry_run == "none")), options=opts)
-    outcomes = verb.run(executor, releases, concurrency=concurrency, only_rows=only_rows)
+    outcomes = verb.run(executor, releases, concurrency=concurrency, only_rows=only_rows,
+                        fresh=bool(names))
     shown = [o for o in outcomes if o.row not in ("healthy", "terminating-unfenced")
              or names or o.result not in ("unchanged",)]
     if output in ("json", "yaml"):
@@ -254,12 +296,14 @@ def _summary(verb_name: str, outcomes, dry_run: str) -> str:
               help="Releases handled at once (each release is handled serially).")
 @click.option("--handshake-timeout", type=DURATION, default="30s", show_default=True,
               help="How long to wait for helm-controller to observe the suspension before deleting.")
+@lease_options
 @_api_errors
 def recover(kubeconfig, kube_context, request_timeout, namespace, all_namespaces, selector,
-            names, output, dry_run, concurrency, handshake_timeout):
+            names, output, dry_run, concurrency, handshake_timeout, lease_namespace, force):
     """Recover stuck HelmReleases once (the same decision table the controller runs)."""
     _run_table("recover", kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
-               selector, names, output, dry_run, concurrency, None, handshake_timeout)
+               selector, names, output, dry_run, concurrency, None, handshake_timeout,
+               lease_namespace, force)
 
 
 @cli.command("resume-owned")
@@ -267,15 +311,17 @@ def recover(kubeconfig, kube_context, request_timeout, namespace, all_namespaces
 @selection_options
 @output_option
 @dry_run_option
+@lease_options
 @_api_errors
 def resume_owned(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
-                 selector, names, output, dry_run):
+                 selector, names, output, dry_run, lease_namespace, force):
     """Lift suspensions flux-plunger itself owns (e.g. left by a crash), with their fences.
 
     Never touches a suspension another manager set."""
     from ..verbs.recover import RESUME_ROWS
     _run_table("resume-owned", kubeconfig, kube_context, request_timeout, namespace,
-               all_namespaces, selector, names, output, dry_run, 1, RESUME_ROWS)
+               all_namespaces, selector, names, output, dry_run, 1, RESUME_ROWS,
+               lease_namespace=lease_namespace, force=force)
 
 
 @cli.command("release-fence")
@@ -289,9 +335,15 @@ def resume_owned(kubeconfig, kube_context, request_timeout, namespace, all_names
               help="Bound of --wait-uninstall.")
 @click.option("--retry-window", type=DURATION, default="60s", show_default=True,
               help="How long to keep retrying one release before reporting it NOT released.")
+@click.option("--deadline", type=DURATION, default="0", show_default=True,
+              help="Finish everything (wait included) within this time and print the summary "
+                   "(0: no global deadline), e.g. from an uninstall hook's activeDeadlineSeconds.")
+@click.option("--concurrency", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Releases handled at once.")
 @_api_errors
 def release_fence(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
-                  selector, names, output, dry_run, wait_uninstall, timeout, retry_window):
+                  selector, names, output, dry_run, wait_uninstall, timeout, retry_window,
+                  deadline, concurrency):
     """Remove flux-plunger's uninstall fence (what uninstalling the controller runs).
 
     Lifts suspensions flux-plunger alone owns, removes every copy of the fence, and
@@ -303,6 +355,9 @@ def release_fence(kubeconfig, kube_context, request_timeout, namespace, all_name
     from . import render
     from .. import detect
 
+    import time
+
+    ends = time.monotonic() + deadline if deadline else None
     s = Session(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
                 selector, names, dry_run)
     releases, missing = fetch(s.kube, s.selection)
@@ -318,10 +373,12 @@ def release_fence(kubeconfig, kube_context, request_timeout, namespace, all_name
     if wait_uninstall and fenced and dry_run == "none":
         executor = Executor(s.kube, Recorder(s.kube, enabled=(dry_run == "none")),
                             options=Options(allow_recover=False))
-        fenced, released_waiting = verb.wait_uninstalls(executor, fenced, timeout)
+        wait_for = timeout if ends is None else max(0.0, min(timeout, ends - time.monotonic()))
+        fenced, released_waiting = verb.wait_uninstalls(executor, fenced, wait_for)
     else:
         released_waiting = []
-    results = released_waiting + verb.run(s.kube, fenced, window=retry_window)
+    results = released_waiting + verb.run(s.kube, fenced, window=retry_window, deadline=ends,
+                                          concurrency=concurrency)
     if output in ("json", "yaml"):
         items = [r.as_dict() for r in results]
         click.echo(render.as_json(items, "FenceRelease") if output == "json"

@@ -7,6 +7,9 @@ import threading
 from collections import Counter
 from typing import Callable, Iterable
 
+from ..executor import Result
+from ..plan import Row
+
 
 class Metrics:
     def __init__(self):
@@ -25,7 +28,9 @@ class Metrics:
     def observe(self, outcome) -> None:
         with self._lock:
             self.reconciles[outcome.result] += 1
-            if outcome.row == "live-stuck":
+            # a release recovered earlier that awaits helm-controller's retry is not a
+            # recovery attempt (nor a skip): it only shows under reconciles
+            if outcome.row == Row.LIVE_STUCK and outcome.result != Result.AWAITING_RETRY:
                 self.recoveries[outcome.result] += 1
             if outcome.result == "deferred":
                 self.deferrals += 1

@@ -8,6 +8,7 @@ release cannot starve the rest.  Optionally first lets helm-controller finish un
 from __future__ import annotations
 
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 
 from .. import constants as C
@@ -17,6 +18,20 @@ from ..kube import Kube, KubeError
 
 RETRY_SLEEP = 1.0
 MAX_FENCE_REMOVALS = 8
+DEFAULT_CONCURRENCY = 8
+
+
+def _retryable(exc: KubeError) -> bool:
+    """Worth another try inside the deadline: the release changed (409, a failed JSON-patch
+    ``test``), or the API was unreachable, throttled or failing (0, 429, 5xx).  Everything
+    else — 400, 401, 403, 422 (an admission denial), a 404 for the API itself — fails the
+    release at once: retrying cannot change the answer."""
+    return (exc.conflict or exc.failed_test_op or exc.status == 0 or exc.status == 429
+            or exc.status >= 500)
+
+
+def _sleep_until(deadline: float) -> None:
+    time.sleep(max(0.0, min(RETRY_SLEEP, deadline - time.monotonic())))
 
 
 @dataclass
@@ -54,11 +69,11 @@ def _lift_sole_suspension(kube: Kube, hr: dict, deadline: float) -> dict | None:
             return kube.json_patch_hr(md["namespace"], md["name"],
                                       writes.unsuspend_json_patch(current))
         except KubeError as exc:
-            if exc.not_found:
+            if exc.object_missing:
                 return None
-            if time.monotonic() >= deadline:
+            if not _retryable(exc) or time.monotonic() >= deadline:
                 raise
-        time.sleep(RETRY_SLEEP)
+        _sleep_until(deadline)
         current = _reread(kube, current, deadline)
 
 
@@ -70,10 +85,10 @@ def _reread(kube: Kube, hr: dict, deadline: float) -> dict | None:
             if fresh is not None and fresh["metadata"].get("uid") != md.get("uid"):
                 return None
             return fresh
-        except KubeError:
-            if time.monotonic() >= deadline:
+        except KubeError as exc:
+            if not _retryable(exc) or time.monotonic() >= deadline:
                 raise
-            time.sleep(RETRY_SLEEP)
+            _sleep_until(deadline)
 
 
 def _remove_fences(kube: Kube, hr: dict, deadline: float) -> dict | None:
@@ -90,19 +105,23 @@ def _remove_fences(kube: Kube, hr: dict, deadline: float) -> dict | None:
             removed += 1
             continue
         except KubeError as exc:
-            if exc.not_found:
+            if exc.object_missing:
                 return None
-            if time.monotonic() >= deadline:
+            if not _retryable(exc) or time.monotonic() >= deadline:
                 raise
-        time.sleep(RETRY_SLEEP)
+        _sleep_until(deadline)
         current = _reread(kube, current, deadline)
     return current
 
 
-def release_one(kube: Kube, hr: dict, window: float) -> FenceResult:
+def release_one(kube: Kube, hr: dict, window: float,
+                deadline: float | None = None) -> FenceResult:
+    """Release one fenced release, retrying within ``window`` seconds and never past the
+    global ``deadline`` (a ``time.monotonic()`` value)."""
     md = hr["metadata"]
     ns, name = md["namespace"], md["name"]
-    deadline = time.monotonic() + window
+    own = time.monotonic() + window
+    deadline = own if deadline is None else min(own, deadline)
     try:
         current = _lift_sole_suspension(kube, hr, deadline)
     except KubeError as exc:
@@ -167,8 +186,46 @@ def wait_uninstalls(executor: Executor, releases: list[dict], timeout: float,
         time.sleep(poll)
 
 
-def run(kube: Kube, releases: list[dict], *, window: float = 60.0) -> list[FenceResult]:
-    return [release_one(kube, hr, window) for hr in releases if detect.is_fenced(hr)]
+def run(kube: Kube, releases: list[dict], *, window: float = 60.0,
+        deadline: float | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY) -> list[FenceResult]:
+    """Release every fenced release, ``concurrency`` at a time, each retried within
+    ``window`` seconds, all within the global ``deadline`` (``time.monotonic()``): a release
+    still unfinished then is reported NOT released, so the summary always comes in time.
+    Results in the order of ``releases``."""
+    fenced = [hr for hr in releases if detect.is_fenced(hr)]
+    if not fenced:
+        return []
+    results: dict[int, FenceResult] = {}
+    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="fence")
+    try:
+        futures: dict[Future[FenceResult], int] = {
+            pool.submit(release_one, kube, hr, window, deadline): i
+            for i, hr in enumerate(fenced)}
+        pending = set(futures)
+        while pending:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            done, pending = wait(pending, timeout=remaining, return_when=FIRST_COMPLETED)
+            for f in done:
+                i = futures[f]
+                try:
+                    results[i] = f.result()
+                except Exception as exc:  # noqa: BLE001 - one release never sinks the rest
+                    md = fenced[i]["metadata"]
+                    results[i] = FenceResult(md["namespace"], md["name"], False, False,
+                                             f"unexpected error: {exc}")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    out = []
+    for i, hr in enumerate(fenced):
+        if i not in results:
+            md = hr["metadata"]
+            results[i] = FenceResult(md["namespace"], md["name"], False, False,
+                                     "the deadline passed before it could be released")
+        out.append(results[i])
+    return out
 
 
 def summary(results: list[FenceResult]) -> str:

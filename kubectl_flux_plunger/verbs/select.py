@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..kube import Kube
+from ..kube import Kube, NotFound
 
 
 class SelectionError(Exception):
@@ -18,11 +18,24 @@ class Selection:
     names: tuple[str, ...] = field(default_factory=tuple)
 
 
+NO_FLUX = ("the server doesn't have a resource type \"helmreleases\" in "
+           "helm.toolkit.fluxcd.io/v2 (is Flux installed?)")
+
+
 def fetch(kube: Kube, sel: Selection) -> tuple[list[dict], list[str]]:
-    """Fresh reads of the selected releases.  Returns (releases, not-found errors)."""
-    if not kube.hr_api_served():
-        raise SelectionError("the server doesn't have a resource type \"helmreleases\" in "
-                             "helm.toolkit.fluxcd.io/v2 (is Flux installed?)")
+    """Fresh reads of the selected releases.  Returns (releases, not-found errors).
+
+    No discovery round trip: a missing CRD answers the read itself with a 404 that names
+    no object, which tells it from a missing release."""
+    try:
+        return _fetch(kube, sel)
+    except NotFound as exc:
+        if exc.object_missing:
+            raise
+        raise SelectionError(NO_FLUX) from None
+
+
+def _fetch(kube: Kube, sel: Selection) -> tuple[list[dict], list[str]]:
     if sel.names:
         found, missing = [], []
         for name in dict.fromkeys(sel.names):
@@ -36,4 +49,3 @@ def fetch(kube: Kube, sel: Selection) -> tuple[list[dict], list[str]]:
     items = kube.list_hrs(None if sel.all_namespaces else sel.namespace, sel.selector)
     items.sort(key=lambda h: (h["metadata"].get("namespace", ""), h["metadata"]["name"]))
     return items, []
-

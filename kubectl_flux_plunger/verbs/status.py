@@ -5,7 +5,8 @@ import datetime as dt
 from dataclasses import asdict, dataclass
 
 from .. import constants as C
-from .. import detect, ownership, storage
+from .. import controller_lease, detect, ownership, plan, storage
+from ..controller_lease import ControllerLease
 from ..kube import Kube, KubeError
 from .select import Selection, fetch
 
@@ -25,6 +26,7 @@ class Row:
     release: str
     storage_namespace: str
     note: str
+    stuck: bool = False        # the Ready condition says "has no deployed releases"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -47,11 +49,70 @@ def _age(seconds: float | None) -> str:
 
 
 def _owners(hr: dict) -> str:
+    """Who owns spec.suspend; empty when the release is not suspended (an owner of
+    ``suspend: false`` is no suspension)."""
+    if not detect.is_suspended(hr):
+        return "-"
     owners = ownership.suspend_owners(hr)
     if not owners:
         return "-"
     return ",".join(dict.fromkeys(f"{m}({op})" if op != "Apply" or m != "flux-plunger" else m
                                   for m, op in owners))
+
+
+# What `status` shows for each row of the decision table (SPEC §2 vocabulary).  The state is
+# derived from `plan.decide` — there is no second classifier.
+R = plan.Row
+STATE_OF_ROW: dict[plan.Row, str] = {
+    R.TERMINATING_SUSPENDED_OWNED: "delete-held",
+    R.TERMINATING_SUSPENDED_FOREIGN: "suspended-by-other",
+    R.TERMINATING_FENCED_UNINSTALLED: "delete-held",
+    R.TERMINATING_FENCED_WAITING: "delete-held",
+    R.TERMINATING_UNFENCED: "terminating",
+    R.LIVE_SUSPENDED_FOREIGN: "suspended-by-other",
+    R.LIVE_SUSPENDED_OWNED: "recovering",
+    R.LIVE_FENCED: "fenced",
+    R.REMOTE_KUBECONFIG: "remote-skipped",
+    R.LIVE_STUCK: "stuck",
+    R.HEALTHY: "healthy",
+}
+
+# A suspension of ours younger than this may be a one-shot `recover` in flight (handshake
+# wait + record + delete + relinquish); older, with no controller running, it was left by a
+# process that is gone.
+IN_FLIGHT_SECONDS = 120.0
+
+
+def _suspended_at(hr: dict) -> dt.datetime | None:
+    """When flux-plunger last applied spec.suspend (its managedFields entry's time)."""
+    for entry in (hr.get("metadata") or {}).get("managedFields") or []:
+        if (isinstance(entry, dict) and entry.get("manager") == C.FIELD_MANAGER
+                and entry.get("operation") == "Apply"):
+            return detect.parse_timestamp(entry.get("time"))
+    return None
+
+
+def state_of(hr: dict, now: dt.datetime, lease: ControllerLease | None = None) -> str:
+    """The state ``status`` shows: the row ``plan.decide`` picks, in words.
+
+    * our suspension on a live release is ``recovering`` only while something may still be
+      recovering it (a controller holds its Lease, or the suspension is younger than a
+      one-shot recovery takes); otherwise ``interrupted`` (``resume-owned``/``recover``
+      lifts it);
+    * a suspension we do not own is ``legacy-suspension`` when an older flux-plunger left
+      it; on a stuck release the state says both (``suspended-by-other,stuck``)."""
+    row = plan.decide(hr, now).row
+    state = STATE_OF_ROW.get(row, row.value)
+    if row is R.LIVE_SUSPENDED_OWNED:
+        since = _suspended_at(hr)
+        young = since is not None and (now - since).total_seconds() < IN_FLIGHT_SECONDS
+        if not ((lease is not None and lease.running) or young):
+            state = "interrupted"
+    if state == "suspended-by-other" and detect.legacy_suspension(hr):
+        state = "legacy-suspension"
+    if row in (R.LIVE_SUSPENDED_FOREIGN, R.TERMINATING_SUSPENDED_FOREIGN) and detect.is_stuck(hr):
+        state += ",stuck"
+    return state
 
 
 def interesting(hr: dict, state: str) -> bool:
@@ -60,12 +121,22 @@ def interesting(hr: dict, state: str) -> bool:
             or detect.is_fenced(hr) or ownership.owns_suspend(hr))
 
 
-def run(kube: Kube, sel: Selection, now: dt.datetime | None = None) -> tuple[list[Row], list[str]]:
+def controller(kube: Kube, lease_namespace: str | None) -> ControllerLease:
+    """Whether a flux-plunger controller is running, from its Lease (one GET)."""
+    return controller_lease.read(kube, lease_namespace or controller_lease.default_lease_namespace())
+
+
+def run(kube: Kube, sel: Selection, now: dt.datetime | None = None, *,
+        lease_namespace: str | None = None,
+        lease: ControllerLease | None = None) -> tuple[list[Row], list[str]]:
     now = now or dt.datetime.now(dt.timezone.utc)
     releases, errors = fetch(kube, sel)
+    if lease is None and any(detect.is_suspended(hr) and ownership.owns_suspend(hr)
+                             for hr in releases):
+        lease = controller(kube, lease_namespace)
     rows = []
     for hr in releases:
-        state = detect.state_of(hr, now)
+        state = state_of(hr, now, lease)
         if not sel.names and not interesting(hr, state):
             continue
         rows.append(_row(kube, hr, state, now))
@@ -81,11 +152,14 @@ def _row(kube: Kube, hr: dict, state: str, now: dt.datetime) -> Row:
     else:
         try:
             secrets = kube.list_secrets(ns, storage.label_selector(release))
-            choice = storage.choose_revision(hr, secrets)
+            verdict = plan.storage_verdict(hr, secrets)
+            choice = verdict.choice
             if choice.revision is not None:
                 revision = choice.revision.number
             helm_status = choice.helm_status or "-"
-            note = choice.reason
+            note = verdict.detail
+            if state == "stuck" and verdict.verdict == "awaiting-retry":
+                state = "awaiting-retry"
         except KubeError as exc:
             helm_status, note = "<unreadable>", f"cannot list Helm storage: {exc}"
     processed = (md.get("annotations") or {}).get(C.PROCESSED_ANNOTATION, "-")
@@ -93,4 +167,4 @@ def _row(kube: Kube, hr: dict, state: str, now: dt.datetime) -> Row:
                suspend=detect.is_suspended(hr), suspend_owner=_owners(hr), revision=revision,
                helm_status=helm_status, processed=processed, fenced=detect.is_fenced(hr),
                age=_age(detect.age_seconds(hr, now)), release=release, storage_namespace=ns,
-               note=note)
+               note=note, stuck=detect.is_stuck(hr))

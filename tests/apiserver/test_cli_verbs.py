@@ -20,6 +20,8 @@ CLI_RULES = [
      "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "create", "patch"]},
+    # is a controller running?  (its Lease, in the controller's namespace)
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]},
 ]
 
 

@@ -194,7 +194,7 @@ def test_a_corrupt_payload_is_reported_not_deleted(executor, cluster, ns, hc):
     cluster.kube.request("CREATE", "POST", f"/api/v1/namespaces/{ns}/secrets", body=bad,
                          content_type=JSON)
     out = executor.reconcile(ns, "demo")
-    assert out.result == "skipped" and "decoded" in out.detail, out
+    assert out.result == "skipped" and "corrupt payload" in out.detail, out
     assert len(cluster.secret_names(ns, "demo")) == 2
 
 
@@ -272,15 +272,16 @@ def test_a_remote_kubeconfig_release_is_skipped(executor, cluster, ns, hc):
 
 # -- cost -----------------------------------------------------------------------------------
 
-def test_a_recovery_costs_seven_requests(executor, cluster, ns, hc):
+def test_a_recovery_costs_seven_requests_and_its_event(executor, cluster, ns, hc):
     """GET, LIST Secrets, APPLY acquire, PATCH record, the re-read (a GET, or a WATCH of
     this release while helm-controller has not yet observed the suspension), DELETE,
-    APPLY relinquish."""
+    APPLY relinquish — and the CREATE of the ``Recovered`` Event."""
     stuck_release(cluster, ns)
     out = executor.reconcile(ns, "demo")
     assert out.result == "recovered"
     counts = executor.kube.stats.snapshot()
-    assert executor.kube.stats.total() == 7, counts
+    assert counts.pop("CREATE") == 1, counts                # the Recovered Event
+    assert sum(counts.values()) == 7, counts
     assert (counts["LIST"], counts["APPLY"], counts["PATCH"], counts["DELETE"]) == (1, 2, 1, 1)
     assert counts.get("GET", 0) + counts.get("WATCH", 0) == 2, counts
 

@@ -23,7 +23,6 @@ from kubectl_flux_plunger.detect import (
     observed_lags,
     processed_annotation_present,
     processed_version,
-    state_of,
     uninstall_reached,
 )
 
@@ -260,43 +259,3 @@ def test_has_remote_kubeconfig() -> None:
     remote = hr(spec_extra={"kubeConfig": {"secretRef": {"name": "remote"}}})
     assert has_remote_kubeconfig(remote) is True
     assert has_remote_kubeconfig(hr()) is False
-
-
-TERMINATING = "2026-11-29T19:30:00Z"
-REMOTE = {"kubeConfig": {"secretRef": {"name": "remote"}}}
-
-
-@pytest.mark.parametrize(
-    ("release", "state"),
-    [
-        pytest.param(hr(conditions=[stuck_condition()]), "stuck", id="stuck"),
-        pytest.param(hr(suspend=True, managed=[OURS], finalizers=[FENCE]), "recovering",
-                     id="recovering"),
-        pytest.param(hr(suspend=False, finalizers=[FENCE]), "fenced", id="fenced"),
-        pytest.param(hr(finalizers=[FENCE], deletion_timestamp=TERMINATING), "delete-held",
-                     id="delete-held"),
-        pytest.param(hr(suspend=True, managed=[OURS], finalizers=[FENCE],
-                        deletion_timestamp=TERMINATING), "delete-held",
-                     id="delete-held-while-ours"),
-        pytest.param(hr(suspend=True, managed=[("velero", "Update", True)]), "suspended-by-other",
-                     id="suspended-by-other"),
-        pytest.param(hr(suspend=True, managed=[CLIENT_SIDE]), "suspended-by-other",
-                     id="client-side-without-record"),
-        pytest.param(hr(suspend=True, managed=[CLIENT_SIDE], annotations={PROCESSED: "3"}),
-                     "legacy-suspension", id="legacy-client-side"),
-        pytest.param(hr(suspend=True, annotations={constants.LEGACY_SUSPENDED_ANNOTATION: "true"}),
-                     "legacy-suspension", id="legacy-annotation"),
-        pytest.param(hr(suspend=True, managed=[(constants.FIELD_MANAGER, "Update", True)],
-                        conditions=[stuck_condition()]), "suspended-by-other",
-                     id="our-update-is-not-ours"),
-        pytest.param(hr(conditions=[stuck_condition()], spec_extra=REMOTE), "remote-skipped",
-                     id="remote-skipped"),
-        pytest.param(hr(conditions=[ready_condition()], spec_extra=REMOTE), "healthy",
-                     id="remote-healthy"),
-        pytest.param(hr(conditions=[ready_condition()]), "healthy", id="healthy"),
-        pytest.param(hr(finalizers=[HC], deletion_timestamp=TERMINATING), "healthy",
-                     id="terminating-unfenced"),
-    ],
-)
-def test_state_of(release: dict, state: str) -> None:
-    assert state_of(release, NOW) == state

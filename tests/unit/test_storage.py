@@ -211,7 +211,8 @@ def test_payload_without_gzip_is_read() -> None:
         pytest.param({"release": b64(b64(b"\x1f\x8b\x08\x00garbage").encode())}, "gzip",
                      id="corrupt-gzip"),
         pytest.param({"release": b64(b64(b"{not json").encode())}, "not JSON", id="not-json"),
-        pytest.param({"release": b64(b64(b"\xff\xfe\x00").encode())}, "not JSON", id="not-utf8"),
+        pytest.param({"release": b64(b64(b"\xff\xfe\x00").encode())}, "not UTF-8 text",
+                     id="not-utf8"),
         pytest.param({"release": b64(b64(b"[1, 2]").encode())}, "not an object", id="json-array"),
     ],
 )
@@ -263,7 +264,8 @@ def test_blocking_newest_revision_is_chosen(status: str) -> None:
 def test_no_storage_is_reported_with_release_and_namespace() -> None:
     release = hr("web", spec_extra={"storageNamespace": "store"})
     assert choose_revision(release, []) == Choice(
-        None, None, False, "no Helm storage Secrets for release web in namespace store")
+        None, None, False, "no Helm storage Secrets for release web in namespace store",
+        storage_found=False)
 
 
 def test_other_releases_and_types_are_not_storage() -> None:
@@ -365,7 +367,7 @@ def test_undecodable_newest_payload_is_reported_not_chosen() -> None:
     assert choice.ok is False
     assert choice.revision.number == 3
     assert choice.helm_status is None
-    assert choice.reason.startswith("newest revision 3 payload cannot be decoded: ")
+    assert choice.reason.startswith("newest revision 3 has a corrupt payload: ")
     assert "\n" not in choice.reason
 
 

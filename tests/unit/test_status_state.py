@@ -1,0 +1,73 @@
+"""``status`` shows the row ``plan.decide`` picks, in words (no second classifier)."""
+from __future__ import annotations
+
+import pytest
+
+from kubectl_flux_plunger import constants, plan
+from kubectl_flux_plunger.controller_lease import ControllerLease
+from kubectl_flux_plunger.verbs.status import STATE_OF_ROW, state_of
+
+from .builders import CLIENT_SIDE, NOW, OURS, hr, ready_condition, stuck_condition
+
+pytestmark = pytest.mark.unit
+
+FENCE = constants.FENCE
+HC = constants.HELM_CONTROLLER_FINALIZER
+PROCESSED = constants.PROCESSED_ANNOTATION
+RUNNING = ControllerLease("flux-plunger", "pod-1", NOW, 15.0, True)
+EXPIRED = ControllerLease("flux-plunger", "pod-1", NOW, 15.0, False)
+
+
+TERMINATING = "2026-11-29T19:30:00Z"
+REMOTE = {"kubeConfig": {"secretRef": {"name": "remote"}}}
+
+
+@pytest.mark.parametrize(
+    ("release", "state"),
+    [
+        pytest.param(hr(conditions=[stuck_condition()]), "stuck", id="stuck"),
+        pytest.param(hr(suspend=True, managed=[OURS], finalizers=[FENCE]), "recovering",
+                     id="recovering"),
+        pytest.param(hr(suspend=False, finalizers=[FENCE]), "fenced", id="fenced"),
+        pytest.param(hr(finalizers=[FENCE], deletion_timestamp=TERMINATING), "delete-held",
+                     id="delete-held"),
+        pytest.param(hr(suspend=True, managed=[OURS], finalizers=[FENCE],
+                        deletion_timestamp=TERMINATING), "delete-held",
+                     id="delete-held-while-ours"),
+        pytest.param(hr(suspend=True, managed=[("velero", "Update", True)]), "suspended-by-other",
+                     id="suspended-by-other"),
+        pytest.param(hr(suspend=True, managed=[CLIENT_SIDE]), "suspended-by-other",
+                     id="client-side-without-record"),
+        pytest.param(hr(suspend=True, managed=[CLIENT_SIDE], annotations={PROCESSED: "3"}),
+                     "legacy-suspension", id="legacy-client-side"),
+        pytest.param(hr(suspend=True, annotations={constants.LEGACY_SUSPENDED_ANNOTATION: "true"}),
+                     "legacy-suspension", id="legacy-annotation"),
+        pytest.param(hr(suspend=True, managed=[(constants.FIELD_MANAGER, "Update", True)],
+                        conditions=[stuck_condition()]), "suspended-by-other,stuck",
+                     id="our-update-is-not-ours-and-stuck-shows-both"),
+        pytest.param(hr(conditions=[stuck_condition()], spec_extra=REMOTE), "remote-skipped",
+                     id="remote-skipped"),
+        pytest.param(hr(conditions=[ready_condition()], spec_extra=REMOTE), "healthy",
+                     id="remote-healthy"),
+        pytest.param(hr(conditions=[ready_condition()]), "healthy", id="healthy"),
+        pytest.param(hr(finalizers=[HC], deletion_timestamp=TERMINATING), "terminating",
+                     id="terminating-unfenced"),
+        pytest.param(hr(finalizers=[HC], deletion_timestamp=TERMINATING,
+                        conditions=[stuck_condition()]), "terminating",
+                     id="terminating-unfenced-stuck-nothing-acts"),
+    ],
+)
+def test_state_of(release: dict, state: str) -> None:
+    assert state_of(release, NOW, RUNNING) == state
+
+
+def test_our_suspension_left_by_a_gone_process_is_interrupted_not_recovering() -> None:
+    release = hr(suspend=True, managed=[OURS], finalizers=[FENCE])   # applied long ago
+    assert state_of(release, NOW, None) == "interrupted"
+    assert state_of(release, NOW, EXPIRED) == "interrupted"
+    assert state_of(release, NOW, RUNNING) == "recovering"
+
+
+def test_every_row_of_decide_has_a_status_state() -> None:
+    assert set(STATE_OF_ROW) == set(plan.Row) - {plan.Row.GONE}
+
