@@ -23,7 +23,8 @@ JSON = "application/json"
 READ_VERBS = frozenset({"GET", "LIST"})
 READ_RETRIES = 3          # extra attempts of a read answered 429/5xx
 MAX_RETRY_AFTER = 10.0    # seconds; a longer Retry-After is capped
-DEFAULT_REQUEST_TIMEOUT = 30.0
+# the apiserver's text for a JSON patch that failed to apply (a failed ``test`` op among them)
+GENERIC_422 = "the server rejected our request due to an error in our request"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"  # JSON is valid YAML; the apiserver accepts it
@@ -67,9 +68,12 @@ class KubeError(Exception):
 
     @property
     def failed_test_op(self) -> bool:
-        """A JSON patch whose ``test`` op did not hold (the object changed since our read):
-        the apiserver answers 422 and names the failed test."""
-        return self.status == 422 and "test" in self.message and "failed" in self.message
+        """A JSON patch whose ``test`` op did not hold (the object changed since our read).
+        The apiserver answers it with a bare 422 — its generic "rejected our request" text
+        and no details — unlike a validation or admission refusal, which names its cause."""
+        details = self.body.get("details") or {}
+        return (self.status == 422 and not details.get("causes")
+                and self.message == GENERIC_422)
 
     def __str__(self) -> str:
         return self.message

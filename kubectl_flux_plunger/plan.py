@@ -256,13 +256,21 @@ def predicate(hr: dict) -> bool:
     )
 
 
+class Verdict(str, enum.Enum):
+    """The storage half of the live-stuck row."""
+
+    RECOVER = "recover"
+    AWAITING_RETRY = "awaiting-retry"   # the value of executor.Result.AWAITING_RETRY
+    SKIPPED = "skipped"                 # the value of executor.Result.SKIPPED
+
+
 @dataclass(frozen=True)
 class StorageVerdict:
     """The storage half of the live-stuck row (it needs the storage LIST, so it is not in
     ``decide``): recover the chosen revision, await helm-controller's retry after an earlier
     recovery, or skip with the reason.  ``executor`` and ``status`` both use this."""
 
-    verdict: str            # "recover" | "awaiting-retry" | "skipped"
+    verdict: Verdict
     detail: str
     choice: storage.Choice
 
@@ -280,7 +288,7 @@ def storage_verdict(hr: dict, secrets: list[dict]) -> StorageVerdict:
     else:
         done, why = False, ""
     if done:
-        return StorageVerdict("awaiting-retry", why, choice)
+        return StorageVerdict(Verdict.AWAITING_RETRY, why, choice)
     if not choice.ok:
-        return StorageVerdict("skipped", choice.reason, choice)
-    return StorageVerdict("recover", choice.reason, choice)
+        return StorageVerdict(Verdict.SKIPPED, choice.reason, choice)
+    return StorageVerdict(Verdict.RECOVER, choice.reason, choice)

@@ -15,6 +15,7 @@ import time
 from typing import Callable
 
 from ..detect import is_fenced, is_suspended
+from ..executor import Result
 from ..kube import KubeError
 from ..ownership import owns_suspend
 from .logs import fields
@@ -22,7 +23,7 @@ from .watch import PAGE_SIZE, key_of
 
 log = logging.getLogger(__name__)
 
-DONE = ("fence-removed", "gone")
+DONE = (Result.FENCE_REMOVED, Result.GONE)
 
 
 def ours(hr: dict) -> bool:
@@ -88,7 +89,7 @@ class Drainer:
                     self.metrics.observe(out)
                 repeat = self._last.get(key) == out.result
                 self._last[key] = out.result
-                log.log(logging.DEBUG if repeat or out.result == "unchanged" else logging.INFO,
+                log.log(logging.DEBUG if repeat or out.result == Result.UNCHANGED else logging.INFO,
                         "drain: %s: %s", out.result, out.detail,
                         extra=fields(release=key, row=out.row, result=out.result))
                 if out.result not in DONE:

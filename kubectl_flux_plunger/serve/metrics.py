@@ -32,7 +32,7 @@ class Metrics:
             # recovery attempt (nor a skip): it only shows under reconciles
             if outcome.row == Row.LIVE_STUCK and outcome.result != Result.AWAITING_RETRY:
                 self.recoveries[outcome.result] += 1
-            if outcome.result == "deferred":
+            if outcome.result == Result.DEFERRED:
                 self.deferrals += 1
             if outcome.failed:
                 self.errors += 1
@@ -67,16 +67,17 @@ def collector(metrics: Metrics):
             snap = metrics.snapshot()
             rec = CounterMetricFamily("flux_plunger_recoveries", "Recovery attempts of stuck "
                                       "HelmReleases by outcome.", labels=["result"])
-            for result in ("recovered", "deferred", "skipped", "failed"):
-                rec.add_metric([result], snap["recoveries"].get(result, 0))
+            always = (Result.RECOVERED, Result.DEFERRED, Result.SKIPPED, Result.FAILED)
+            for result in always:
+                rec.add_metric([result.value], snap["recoveries"].get(result, 0))
             for result, n in snap["recoveries"].items():
-                if result not in ("recovered", "deferred", "skipped", "failed"):
-                    rec.add_metric([result], n)
+                if result not in always:
+                    rec.add_metric([str(result)], n)
             yield rec
             passes = CounterMetricFamily("flux_plunger_reconciles", "Passes over one "
                                          "HelmRelease by result.", labels=["result"])
             for result, n in sorted(snap["reconciles"].items()):
-                passes.add_metric([result], n)
+                passes.add_metric([str(result)], n)
             yield passes
             yield CounterMetricFamily("flux_plunger_deferrals", "Recoveries deferred.",
                                       value=snap["deferrals"])

@@ -5,9 +5,10 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from ..executor import Executor, Outcome
+from ..plan import Row
 
 # Rows `resume-owned` may act on: our own suspensions (with their fences) and nothing else.
-RESUME_ROWS = frozenset({"live-suspended-owned", "terminating-suspended-owned"})
+RESUME_ROWS = frozenset({Row.LIVE_SUSPENDED_OWNED, Row.TERMINATING_SUSPENDED_OWNED})
 
 
 def _one(executor: Executor, hr: dict, only_rows: frozenset[str] | None,

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass
 
 from .. import constants as C
 from .. import detect, ownership, writes
-from ..executor import Executor
+from ..executor import Executor, Result
+from ..plan import Row
 from ..kube import Kube, KubeError
 
 RETRY_SLEEP = 1.0
@@ -164,13 +165,14 @@ def wait_uninstalls(executor: Executor, releases: list[dict], timeout: float,
                 if current is not None and detect.is_terminating(current) \
                         and detect.is_fenced(current):
                     outcome = executor.apply_decision(ns, name, current)
-                    if outcome.result == "fence-removed":
-                        foreign = outcome.row == "terminating-suspended-foreign"
+                    if outcome.result == Result.FENCE_REMOVED:
+                        foreign = outcome.row == Row.TERMINATING_SUSPENDED_FOREIGN
                         done.append(FenceResult(ns, name, True, foreign,
                                                 "suspended by another manager" if foreign
                                                 else "after helm-controller's uninstall"))
                         continue
-                    waiting = waiting or outcome.result in ("waiting", "relinquished", "failed")
+                    waiting = waiting or outcome.result in (Result.WAITING, Result.RELINQUISHED,
+                                                            Result.FAILED)
                     current = kube.get_hr(ns, name)
             except KubeError:
                 still.append(hr)

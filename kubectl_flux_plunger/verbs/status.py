@@ -158,8 +158,8 @@ def _row(kube: Kube, hr: dict, state: str, now: dt.datetime) -> Row:
                 revision = choice.revision.number
             helm_status = choice.helm_status or "-"
             note = verdict.detail
-            if state == "stuck" and verdict.verdict == "awaiting-retry":
-                state = "awaiting-retry"
+            if state == "stuck" and verdict.verdict is plan.Verdict.AWAITING_RETRY:
+                state = verdict.verdict.value
         except KubeError as exc:
             helm_status, note = "<unreadable>", f"cannot list Helm storage: {exc}"
     processed = (md.get("annotations") or {}).get(C.PROCESSED_ANNOTATION, "-")

@@ -201,3 +201,20 @@ def test_an_annotation_of_thousands_of_digits_never_crashes_a_pass(executor, clu
     big["metadata"]["name"] = "sh.helm.release.v1.demo.v" + "7" * 200
     _create(cluster, ns, big)
     assert executor.reconcile(ns, "demo").result in ("awaiting-retry", "skipped")
+
+
+def test_a_failed_json_patch_test_is_told_from_an_admission_denial(cluster, ns):
+    """The apiserver answers a failed ``test`` op with 422 "testing value … failed": the
+    one 422 that is worth a re-read (release-fence and the fence removal retry it)."""
+    from kubectl_flux_plunger import writes
+    from kubectl_flux_plunger.kube import Invalid
+
+    cluster.create_hr(ns, "demo", finalizers=[C.FENCE])
+    stale = cluster.get(ns, "demo")
+    cluster.merge(ns, "demo", {"metadata": {"labels": {"x": "y"}}})
+    try:
+        cluster.kube.json_patch_hr(ns, "demo", writes.remove_fence_json_patch(stale))
+    except Invalid as exc:
+        assert exc.status == 422 and exc.failed_test_op, repr(exc.body)
+    else:
+        raise AssertionError("a patch testing a stale resourceVersion was applied")

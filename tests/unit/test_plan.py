@@ -98,12 +98,38 @@ def test_decision_table_row(release: dict | None, action: Action, row_id: str,
 
 def test_every_row_id_is_covered() -> None:
     covered = {param.values[2] for param in ROWS}
-    assert covered == {
-        "gone", "terminating-suspended-owned", "terminating-suspended-foreign",
-        "terminating-fenced-uninstalled", "terminating-fenced-waiting", "terminating-unfenced",
-        "live-suspended-foreign", "live-suspended-owned", "live-fenced", "remote-kubeconfig",
-        "live-stuck", "healthy",
-    }
+    assert covered == set(plan.Row)      # derived from the closed enum: a new row needs a case
+    for param in ROWS:
+        assert isinstance(decide(param.values[0], NOW).row, plan.Row)
+
+
+def test_no_row_or_result_literal_outside_the_enums() -> None:
+    """Every row / result is spelled once, in its enum (`plan.Row`, `executor.Result`);
+    the core, executor and verbs compare enum members only."""
+    import re
+    from pathlib import Path
+
+    from kubectl_flux_plunger.executor import Result
+
+    root = Path(plan.__file__).parent
+    words = {m.value for m in plan.Row} | {m.value for m in Result}
+    literal = re.compile(r"""["'](%s)["']""" % "|".join(re.escape(w) for w in sorted(words)))
+    checked = [*root.glob("*.py"), *root.glob("executor/*.py"), *root.glob("verbs/*.py"),
+               root / "serve" / "drain.py", root / "serve" / "metrics.py"]
+    allowed = {root / "plan.py": {"recover", "awaiting-retry", "skipped"},   # enum values
+               root / "executor" / "outcome.py": {"failed"}}              # as_dict's key
+    enum_lines = re.compile(r"^\s+[A-Z_]+ = ")
+    found = []
+    for path in checked:
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if enum_lines.match(line):
+                continue
+            for m in literal.finditer(line):
+                if m.group(1) not in allowed.get(path, set()) and \
+                        not (path.name == "storage.py" and m.group(1) == "failed") and \
+                        not (path.name == "status.py" and m.group(1) == "healthy"):
+                    found.append(f"{path.relative_to(root)}:{n}: {line.strip()}")
+    assert not found, "\n".join(found)
 
 
 def test_decisions_carry_a_one_line_reason() -> None:

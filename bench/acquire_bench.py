@@ -1,0 +1,135 @@
+"""Benchmark: the acquire against the REAL helm-controller — how often its first apply
+answers 409, and how many requests one ``recover -n NS NAME`` sends end to end.
+
+Everything is counted from the apiserver's audit log (requests whose user agent is
+``kubectl-flux-plunger``), not from the client's own counters.
+
+    .venv/bin/python bench/acquire_bench.py [--recoveries 10] [--idle 0]
+
+Each round: helm-controller installs a release, its newest revision is broken to
+``uninstalling`` (an interrupted ``helm uninstall``), a reconcile is requested and the bench
+waits until helm-controller reports "has no deployed releases"; then it waits ``--idle``
+seconds and runs the real CLI.  helm-controller runs with the e2e tier's flags
+(``--max-retry-delay=3s``: it retries the stuck release every few seconds, so its status
+writes race our acquire as in a busy cluster).  Prints per-round lines and the totals.
+Run it against another tree with ``--tree PATH`` (e.g. a checkout of an older commit) to
+compare before/after in one run.  This is a benchmark: it asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+if "--tree" in sys.argv:   # another tree's code (and its testplane) for --in-process too
+    sys.path.insert(0, str(Path(sys.argv[sys.argv.index("--tree") + 1]).resolve()))
+
+from testplane.cluster import Cluster, eventually  # noqa: E402
+from testplane.helmctl import (ChartServer, HelmController, break_release,  # noqa: E402
+                               build_chart, helmrelease, is_ready, publish_chart, ready,
+                               request_reconcile)
+from testplane.plane import ControlPlane  # noqa: E402
+
+UA = "kubectl-flux-plunger"
+
+
+def stuck_release(cluster: Cluster, server: ChartServer, chart: Path, ns: str) -> None:
+    publish_chart(cluster.kube, ns, "demo", chart, server)
+    cluster.apply(helmrelease(ns, "demo", "demo"), manager="kustomize-controller")
+    eventually(lambda: is_ready(cluster.get(ns, "demo")), 120, "installed")
+    break_release(cluster.kube, ns, "demo")
+    request_reconcile(cluster.kube, ns, "demo")
+
+    def stuck() -> bool:
+        r = ready(cluster.get(ns, "demo"))
+        return bool(r) and r[0] == "False" and "has no deployed releases" in r[2]
+    eventually(stuck, 120, "stuck")
+
+
+def recover(plane: ControlPlane, ns: str, tree: Path) -> tuple[int, str]:
+    env = dict(os.environ, KUBECONFIG=str(plane.kubeconfig), PYTHONPATH=str(tree))
+    cli = (tree / "kubectl_flux_plunger" / "cli" / "__init__.py").read_text()
+    lease = ["--lease-namespace", ns] if "--lease-namespace" in cli else []   # older trees
+    proc = subprocess.run([sys.executable, "-m", "kubectl_flux_plunger", "recover", "-n", ns,
+                           "demo", *lease],
+                          capture_output=True, text=True, env=env, timeout=120, cwd=tree)
+    return proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[0]
+
+
+def recover_in_process(plane: ControlPlane, ns: str) -> tuple[int, str]:
+    """The executor itself, right after the stuck condition was seen (no process start-up
+    in between: what serve does when the watch delivers the stuck condition)."""
+    from kubectl_flux_plunger.events import Recorder
+    from kubectl_flux_plunger.executor import Executor, Options
+
+    kube = plane.kube(user_agent=f"{UA}/in-process")
+    try:
+        out = Executor(kube, Recorder(kube), options=Options(handshake_timeout=30)).reconcile(
+            ns, "demo")
+    finally:
+        kube.close()
+    return (0 if out.result == "recovered" else 1), f"{out.result}: {out.detail}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--recoveries", type=int, default=10)
+    ap.add_argument("--idle", type=float, default=0.0,
+                    help="seconds between 'stuck' and running recover")
+    ap.add_argument("--in-process", action="store_true",
+                    help="run this tree's executor in-process instead of the CLI")
+    ap.add_argument("--tree", type=Path, default=ROOT,
+                    help="source tree whose kubectl_flux_plunger runs (default: this one)")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="acquire-bench-"))
+    plane = ControlPlane(work / "plane").start()
+    server = ChartServer(work).start()
+    chart = build_chart(work)
+    hc = HelmController(plane.kubeconfig, work).start()
+    kube = plane.kube(user_agent="bench")
+    cluster = Cluster(kube)
+    totals: Counter = Counter()
+    first_409 = 0
+    try:
+        for i in range(args.recoveries):
+            ns = cluster.namespace("acq")
+            stuck_release(cluster, server, chart, ns)
+            time.sleep(args.idle)
+            mark = plane.audit_mark()
+            code, line = (recover_in_process(plane, ns) if args.in_process
+                          else recover(plane, ns, args.tree))
+            events = plane.audit_events(since=mark, user_agent=UA)
+            applies = [e for e in events if e["verb"] == "patch"
+                       and (e.get("objectRef") or {}).get("resource") == "helmreleases"]
+            conflicts = sum((e.get("responseStatus") or {}).get("code") == 409 for e in applies)
+            first = bool(applies) and (applies[0].get("responseStatus") or {}).get("code") == 409
+            first_409 += first
+            counts = Counter(f"{e['verb']} {(e.get('objectRef') or {}).get('resource', '-')}"
+                             for e in events)
+            totals.update(counts)
+            totals["recoveries"] += code == 0
+            print(f"round {i + 1}: exit {code}, {len(events)} requests, first acquire "
+                  f"{'409' if first else 'ok'}, {conflicts} x 409; {line}", flush=True)
+    finally:
+        hc.stop()
+        server.stop()
+        plane.stop()
+    n = args.recoveries
+    requests = sum(v for k, v in totals.items() if k != "recoveries")
+    print(f"\nfirst acquire answered 409 in {first_409} of {n} recoveries "
+          f"({100.0 * first_409 / n:.0f}%)")
+    print(f"requests per recovery (end to end, audit log): {requests / n:.1f}")
+    for key in sorted(k for k in totals if k != "recoveries"):
+        print(f"  {key}: {totals[key] / n:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

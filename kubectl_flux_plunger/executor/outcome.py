@@ -1,0 +1,91 @@
+"""What a pass over one release produced (closed ``Result``), the executor's options, and
+the words that tell a user what is left after a failed clean-up."""
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from dataclasses import dataclass, field
+
+from .. import constants as C
+from .. import plan
+
+TERMINATING_DETAIL = ("the release began terminating during recovery; storage left intact "
+                      "and the suspension lifted so helm-controller uninstalls it")
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+class Stopped(Exception):
+    """The caller asked us to stop (shutdown); nothing more is started."""
+
+
+class Result(str, enum.Enum):
+    """What one pass did to one release, closed.  A ``str`` so it prints and serialises as
+    its value."""
+
+    RECOVERED = "recovered"
+    DEFERRED = "deferred"
+    SKIPPED = "skipped"
+    AWAITING_RETRY = "awaiting-retry"   # recovered earlier; helm-controller has not retried
+    RELINQUISHED = "relinquished"
+    FENCE_REMOVED = "fence-removed"
+    WAITING = "waiting"
+    UNCHANGED = "unchanged"
+    GONE = "gone"
+    FAILED = "failed"
+    PLANNED = "planned"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# After cleaning up what an interrupted run left, decide again (see Executor.settle).
+CLEANUP_RESULTS = frozenset({Result.RELINQUISHED, Result.FENCE_REMOVED})
+MAX_PASSES = 3
+
+
+@dataclass
+class Outcome:
+    """What one pass did to one release."""
+
+    namespace: str
+    name: str
+    result: Result
+    detail: str
+    row: plan.Row | str = ""
+    revision: int | None = None
+    failed: bool = False
+    requeue_after: float | None = None
+    steps: list[str] = field(default_factory=list)  # dry-run plan / what was done
+
+    def as_dict(self) -> dict:
+        return {"namespace": self.namespace, "name": self.name, "result": str(self.result),
+                "detail": self.detail, "row": str(self.row), "revision": self.revision,
+                "failed": self.failed, "steps": list(self.steps)}
+
+
+@dataclass
+class Options:
+    dry_run_client: bool = False
+    fence_warn_after: float = C.FENCE_HELD_WARN_SECONDS
+    fence_recheck: float = C.FENCE_RECHECK_SECONDS
+    handshake_timeout: float = 30.0   # wait for helm-controller to observe our suspension
+    handshake_window: float = 5.0       # one watch window while waiting (stop is checked between)
+    allow_recover: bool = True        # resume-owned / drain never start a recovery
+    relinquish_timeout: float = 30.0  # keep lifting our suspension while it is ours
+    acquire_timeout: float = 10.0     # re-decide an acquire/record racing other writers
+
+
+def leftover_hint(hr: dict) -> str:
+    """What is left after a failed clean-up, and the command that lifts it."""
+    md = hr["metadata"]
+    return (f"it may be left suspended and fenced by flux-plunger: `kubectl flux-plunger "
+            f"resume-owned -n {md['namespace']} {md['name']}` lifts it")
+
+
+def fence_hint(hr: dict) -> str:
+    md = hr["metadata"]
+    return (f"flux-plunger's uninstall fence is left on it: `kubectl flux-plunger "
+            f"release-fence -n {md['namespace']} {md['name']}` removes it")

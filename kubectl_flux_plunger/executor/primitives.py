@@ -1,0 +1,151 @@
+"""The write primitives of SPEC §5, each carrying the evidence of the read that decided on
+it, with one conflict loop (``retry_on_conflict``) bounded by time — and the two requests
+that touch Helm storage (``list_storage``, ``delete_revision``), named so a release whose
+storage lives elsewhere can be routed in one place."""
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Callable, TypeVar
+
+from .. import detect, ownership, plan, storage, writes
+from ..events import Recorder
+from ..kube import Conflict, Kube, KubeError
+from .outcome import Options
+
+R = TypeVar("R")
+
+
+class Primitives:
+    kube: Kube
+    recorder: Recorder
+    opt: Options
+    clock: Callable[[], dt.datetime]
+    should_stop: Callable[[], bool]
+
+    def _event(self, hr: dict, spec: plan.EventSpec) -> None:
+        self.recorder.record(hr, spec.reason, spec.type, spec.message)
+
+    def _fresh(self, hr: dict) -> dict | None:
+        md = hr["metadata"]
+        fresh = self.kube.get_hr(md["namespace"], md["name"])
+        if fresh is not None and fresh["metadata"].get("uid") != md.get("uid"):
+            return None  # a different object under the same name: ours is gone
+        return fresh
+
+    def retry_on_conflict(self, hr: dict | None, attempt: Callable[[dict], R], *, what: str,
+                          timeout: float, transient: bool = False) -> R | None:
+        """The one conflict loop of every write primitive.
+
+        ``attempt(current)`` decides on ``current`` and writes (or returns without writing
+        when there is nothing left to do).  A 409 or a failed JSON-patch ``test`` means the
+        release changed since that read: re-read and call ``attempt`` again with the fresh
+        state, until ``timeout`` seconds have passed — bounded by time, never by a count,
+        so a burst of foreign writes cannot make us give up on something still ours.  With
+        ``transient`` a 429/5xx/unanswered request is retried the same way (the write is
+        idempotent: it is re-decided on a fresh read).  Returns ``attempt``'s value, or
+        None when the release is gone."""
+        deadline = time.monotonic() + timeout
+        current, delay = hr, 0.0
+        while True:
+            if current is None:
+                return None
+            try:
+                return attempt(current)
+            except KubeError as exc:
+                if exc.not_found and exc.object_missing:
+                    return None
+                retry = exc.conflict or exc.failed_test_op or (
+                    transient and (exc.status == 0 or exc.status == 429 or exc.status >= 500))
+                if not retry:
+                    raise
+                if time.monotonic() >= deadline:
+                    raise Conflict(409, "Conflict", f"{what}: the release kept changing (or the "
+                                   f"API kept failing) for {timeout:.0f}s ({exc})") from None
+            if delay:
+                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(max(delay * 2, 0.05), 1.0)
+            current = self._fresh(current)
+
+    def relinquish(self, hr: dict) -> dict | None:
+        """Lift our suspension (fence kept only on a terminating, fenced release).
+
+        Unforced, with rv+uid of ``hr``.  On 409 (or a transient failure) re-read: while we
+        still own the suspension, apply again with the fresh evidence, for up to
+        ``Options.relinquish_timeout`` seconds; once we no longer own it there is nothing
+        to lift.  Returns the object after the write, or None when there was nothing to do."""
+        def attempt(current: dict) -> dict | None:
+            if not ownership.owns_suspend(current):
+                return None
+            return self.kube.apply_hr(writes.relinquish_body(current))
+        return self.retry_on_conflict(hr, attempt, what="lifting our suspension",
+                                      timeout=self.opt.relinquish_timeout, transient=True)
+
+    def remove_fence(self, hr: dict) -> bool:
+        """Drop our fence only (never spec.suspend): a guarded JSON patch testing rv, uid
+        and the fence's index.  Re-reads and re-decides on conflict.  True if removed."""
+        def attempt(current: dict) -> bool:
+            ops = writes.remove_fence_json_patch(current)
+            if ops is None:
+                return False
+            md = current["metadata"]
+            self.kube.json_patch_hr(md["namespace"], md["name"], ops)
+            return True
+        return bool(self.retry_on_conflict(hr, attempt, what="removing the fence",
+                                           timeout=self.opt.relinquish_timeout,
+                                           transient=True))
+
+    def acquire(self, hr: dict, revision: int) -> dict | None:
+        """Suspend + fence in one apply.  Unforced first.  A 409 re-reads and re-decides:
+        nothing is acquired once the release is terminating, suspended, no longer needs
+        recovery or ``revision`` was processed meanwhile.  A stale resourceVersion (e.g.
+        helm-controller wrote status in between) is retried unforced with the fresh one;
+        only a field-manager conflict on ``spec.suspend`` at false (a stale owner, e.g. a
+        backup controller's Update) is forced.  Returns the object after the write, or None
+        when not acquired."""
+        force = False
+
+        def attempt(current: dict) -> dict | None:
+            nonlocal force
+            if current is not hr and (
+                    detect.is_terminating(current) or detect.is_suspended(current)
+                    or plan.decide(current, self.clock()).action is not plan.Action.RECOVER
+                    or detect.already_processed(current, revision)[0]):
+                return None
+            try:
+                return self.kube.apply_hr(writes.acquire_body(current), force=force)
+            except Conflict as exc:
+                force = exc.field_manager_conflict
+                raise
+        return self.retry_on_conflict(hr, attempt, what="suspending the release",
+                                      timeout=self.opt.acquire_timeout)
+
+    def _record(self, hr: dict, revision: int) -> tuple[dict | None, bool]:
+        """Write the processed-version annotation (rv-locked).  On 409 re-read: while the
+        release is still ours, live and unchanged in spec, retry with the fresh evidence;
+        otherwise return (last read, False) so the caller stops before the delete."""
+        generation = hr["metadata"].get("generation")
+
+        def attempt(current: dict) -> tuple[dict | None, bool]:
+            if current is not hr and (
+                    detect.is_terminating(current) or not ownership.owns_suspend(current)
+                    or current["metadata"].get("generation") != generation):
+                return current, False
+            md = current["metadata"]
+            return self.kube.merge_patch_hr(md["namespace"], md["name"],
+                                            writes.record_patch(current, revision)), True
+        return self.retry_on_conflict(hr, attempt, what="recording the revision",
+                                      timeout=self.opt.acquire_timeout) or (None, False)
+
+    def list_storage(self, hr: dict) -> list[dict]:
+        """The release's Helm storage Secrets (one LIST).  Every read of storage goes
+        through here, so a release whose storage lives elsewhere can be routed in one place."""
+        ns, release = storage.storage_namespace(hr), storage.release_name(hr)
+        return self.kube.list_secrets(ns, storage.label_selector(release))
+
+    def delete_revision(self, hr: dict, rev: storage.Revision) -> None:
+        """DELETE the one judged storage Secret, preconditioned on its uid and
+        resourceVersion (SPEC §5): a Secret rewritten or re-created since the LIST answers
+        409 instead of going.  This is the single place right before a revision goes (a
+        backup of ``rev`` belongs here)."""
+        self.kube.delete_secret(rev.namespace, rev.name, rev.uid, rev.resource_version)

@@ -1,0 +1,232 @@
+"""The recovery sequence of SPEC §6 (the saga): list storage and choose, acquire, handshake,
+record, delete the judged revision, relinquish — exactly one relinquish on every exit after
+the acquire, and a line that says what is left when that fails."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import constants as C
+from .. import detect, ownership, plan, storage
+from ..kube import KubeError
+from .handshake import Handshake
+from .outcome import (TERMINATING_DETAIL, Outcome, Result, Stopped, fence_hint,
+                      leftover_hint)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the recovery sequence: how a dry run announces it and how a real run
+    reports it done — one list, so the plan cannot drift from what runs."""
+
+    plan: str
+    done: str
+
+
+ACQUIRE = Step(f"apply (flux-plunger) spec.suspend=true and finalizer {C.FENCE}",
+               "suspended and fenced")
+HANDSHAKE = Step("wait for helm-controller to observe the suspension", "")
+RECORD = Step(f"annotate {C.PROCESSED_ANNOTATION}={{revision}}", "recorded revision {revision}")
+DELETE = Step("delete Secret {namespace}/{name} (uid {uid}, resourceVersion {rv}, Helm status "
+              "{status})", "deleted {namespace}/{name}")
+RELINQUISH = Step("apply (flux-plunger) without spec.suspend and without the fence",
+                  "lifted the suspension")
+RECOVERY_STEPS = (ACQUIRE, HANDSHAKE, RECORD, DELETE, RELINQUISH)
+
+
+def step_args(choice: storage.Choice) -> dict[str, object]:
+    """What the step texts name for the chosen revision."""
+    rev = choice.revision
+    assert rev is not None
+    return {"revision": rev.number, "namespace": rev.namespace, "name": rev.name,
+            "uid": rev.uid, "rv": rev.resource_version, "status": choice.helm_status}
+
+
+class Saga(Handshake):
+    def _choose(self, hr: dict, out: Outcome) -> storage.Choice | None:
+        """List the release's Helm storage and pick the revision to delete (SPEC §4) past
+        the already-processed guard; None (with ``out`` saying why) when there is none."""
+        try:
+            secrets = self.list_storage(hr)
+        except KubeError as exc:
+            out.result, out.failed = Result.FAILED, True
+            out.detail = (f"cannot list Helm storage in namespace "
+                          f"{storage.storage_namespace(hr)}: {exc}")
+            return None
+        verdict = plan.storage_verdict(hr, secrets)
+        choice = verdict.choice
+        out.revision = choice.revision.number if choice.revision is not None else None
+        if verdict.verdict is not plan.Verdict.RECOVER:
+            out.result, out.detail = Result(verdict.verdict.value), verdict.detail
+            return None
+        return choice
+
+    def recover(self, hr: dict, out: Outcome) -> None:
+        choice = self._choose(hr, out)
+        if choice is None:
+            return
+        rev = choice.revision
+        assert rev is not None and rev.number is not None   # choose_revision's ok contract
+        if self.should_stop():
+            out.result, out.detail = Result.DEFERRED, "shutting down; recovery not started"
+            return
+        try:
+            held = self.acquire(hr, rev.number)
+        except KubeError as exc:
+            out.result, out.failed = Result.FAILED, True
+            out.detail = f"could not suspend the release: {exc}"
+            # the apply may have landed although its answer was lost (timeout, 5xx)
+            try:
+                self._final_relinquish(self._fresh(hr), out)
+            except KubeError as again:
+                out.detail += (f"; the release could not be read again ({again}), so it may "
+                               f"be left suspended and fenced: {leftover_hint(hr)}")
+            return
+        if held is None:
+            self._event(hr, plan.RECOVERY_DEFERRED)
+            out.result = Result.DEFERRED
+            out.detail = ("spec.suspend was taken by another manager or the release began "
+                          "terminating between read and write")
+            return
+        out.steps.append(ACQUIRE.done)
+        # From here on every exit relinquishes exactly once.
+        current: dict | None = held
+        try:
+            current = self._holding(held, rev.number, out)
+            if current is None or out.result == Result.DEFERRED:
+                return
+            deleted = self._delete_judged(current, choice, out)
+            if deleted is not None:
+                self._recorded_event(current, deleted)
+        except KubeError as exc:
+            out.result, out.failed = Result.FAILED, True
+            out.detail = f"recovery interrupted: {exc}"
+        except Stopped:
+            out.result, out.detail = Result.DEFERRED, "shutting down; recovery aborted before the delete"
+        finally:
+            self._final_relinquish(current, out)
+
+    def _holding(self, held: dict, revision: int, out: Outcome) -> dict | None:
+        """While holding the release: wait for helm-controller's handshake, then record the
+        revision rv-locked to the state just judged.  Returns that state, or sets ``out``
+        to deferred (and returns the last state seen) when the delete must not happen."""
+        # 1. helm-controller must have observed the suspended generation: it is then
+        #    not mid-action on this release (a watch from our apply's rv)
+        current = self._await_handshake(held)
+        if current is None or detect.is_terminating(current):
+            out.result, out.detail = Result.DEFERRED, TERMINATING_DETAIL
+            return current
+        if detect.observed_lags(current) and not self.kube.dry_run:
+            out.result = Result.DEFERRED
+            out.detail = (f"helm-controller did not acknowledge the suspension within "
+                          f"{self.opt.handshake_timeout:.0f}s; storage left intact")
+            return current
+        # 2. record the revision, locked to the resourceVersion of the state just
+        #    judged: its answer is the re-read (any write since → 409 → re-decided)
+        current, recorded = self._record(current, revision)
+        if current is None or detect.is_terminating(current):
+            out.result, out.detail = Result.DEFERRED, TERMINATING_DETAIL
+            return current
+        if not recorded:
+            out.result = Result.DEFERRED
+            out.detail = ("the release changed under us during recovery (another writer "
+                          "took spec.suspend or changed its spec); storage left intact")
+            return current
+        out.steps.append(RECORD.done.format(revision=revision))
+        if self.should_stop():
+            out.result, out.detail = Result.DEFERRED, "shutting down; recovery aborted before the delete"
+            return current
+        if not self.kube.dry_run and not (detect.is_suspended(current)
+                                          and ownership.owns_suspend(current)):
+            out.result = Result.DEFERRED
+            out.detail = "another manager took spec.suspend during recovery; storage left intact"
+        return current
+
+    def _delete_judged(self, current: dict, choice: storage.Choice,
+                       out: Outcome) -> storage.Revision | None:
+        """DELETE the judged revision.  A 409 (the Secret was rewritten in place since the
+        LIST, e.g. Helm marked it deployed) or 404 re-decides on a fresh LIST while we still
+        hold the release: the same revision still blocking is deleted with its new
+        resourceVersion (once); anything else leaves storage as it is and says why."""
+        rev = choice.revision
+        assert rev is not None
+        release = storage.release_name(current)
+        for again in (False, True):
+            try:
+                self.delete_revision(current, rev)
+            except KubeError as exc:
+                if not (exc.conflict or exc.not_found):
+                    raise
+                redo = storage.choose_revision(current, self.list_storage(current))
+                same = (redo.ok and redo.revision is not None
+                        and redo.revision.number == rev.number and redo.revision.uid == rev.uid)
+                if not again and same and redo.revision is not None:
+                    rev, choice = redo.revision, redo
+                    continue
+                out.result = Result.DEFERRED if exc.not_found or redo.ok else Result.SKIPPED
+                out.detail = (f"Secret {rev.namespace}/{rev.name} changed after it was judged "
+                              f"and was not deleted: {redo.reason}")
+                return None
+            break
+        out.steps.append(DELETE.done.format(**step_args(choice)))
+        out.result = Result.RECOVERED
+        out.detail = (f"deleted revision {rev.number} ({choice.helm_status}) of release "
+                      f"{release}; helm-controller will reconcile it again")
+        return rev
+
+    def _recorded_event(self, hr: dict, rev: storage.Revision) -> None:
+        """A Normal ``Recovered`` Event naming the revision and Secret deleted."""
+        if self.kube.dry_run:
+            return
+        self.recorder.record(hr, plan.RECOVERED.reason, plan.RECOVERED.type,
+                             f"{plan.RECOVERED.message}: revision {rev.number}, Secret "
+                             f"{rev.namespace}/{rev.name}")
+
+    def _final_relinquish(self, current: dict | None, out: Outcome) -> None:
+        """The one relinquish of every exit after the acquire.  When someone else took
+        spec.suspend meanwhile there is nothing of ours to lift, but our fence must not
+        outlive us (SPEC §6: live → drop it; terminating and suspended by another manager
+        → drop it; terminating and unsuspended → keep it for the uninstall).  When that
+        fails, ``out`` says what is left and which command lifts it."""
+        if current is None:
+            return
+        try:
+            lifted = self.relinquish(current) if ownership.owns_suspend(current) else None
+            if lifted is not None:
+                out.steps.append(RELINQUISH.done)
+                return
+            fresh = self._fresh(current)
+            if fresh is not None and detect.is_fenced(fresh) and (
+                    not detect.is_terminating(fresh)
+                    or (detect.is_suspended(fresh) and not ownership.owns_suspend(fresh))):
+                if self.remove_fence(fresh):
+                    out.steps.append("removed the fence")
+        except KubeError as exc:
+            if not exc.conflict:
+                self._event(current, plan.UNSUSPEND_FAILED)
+            cleanup = (f"could not lift our suspension ({exc}); {leftover_hint(current)}")
+            if out.result != Result.FAILED:
+                out.detail = f"{out.detail}; but {cleanup}"
+            else:
+                out.detail = f"{out.detail}; {cleanup}"
+            out.result, out.failed = Result.FAILED, True
+
+    def _relinquish_or_warn(self, hr: dict, out: Outcome) -> None:
+        try:
+            self.relinquish(hr)
+        except KubeError as exc:
+            if not exc.conflict:
+                self._event(hr, plan.UNSUSPEND_FAILED)
+            out.result, out.failed = Result.FAILED, True
+            out.detail = f"could not lift our suspension: {exc}; {leftover_hint(hr)}"
+            return
+        out.result = Result.RELINQUISHED
+        out.steps.append("lifted our suspension")
+
+    def _remove_fence(self, hr: dict, out: Outcome) -> None:
+        try:
+            removed = self.remove_fence(hr)
+        except KubeError as exc:
+            out.result, out.failed = Result.FAILED, True
+            out.detail = f"could not remove the fence: {exc}; {fence_hint(hr)}"
+            return
+        out.result = Result.FENCE_REMOVED if removed else Result.UNCHANGED
