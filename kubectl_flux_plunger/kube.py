@@ -75,6 +75,20 @@ class KubeError(Exception):
         return (self.status == 422 and not details.get("causes")
                 and self.message == GENERIC_422)
 
+    @property
+    def changed(self) -> bool:
+        """The object changed since the read a write carried (409, a failed JSON-patch
+        ``test``): re-read and re-decide."""
+        return self.conflict or self.failed_test_op
+
+    @property
+    def retryable(self) -> bool:
+        """Worth another try on a fresh read: the object changed, or the API was
+        unreachable, throttled or failing (0, 429, 5xx).  Anything else (400, 401, 403, a
+        404 for the API itself, a 422 validation or admission refusal) cannot change by
+        retrying."""
+        return self.changed or self.status in (0, 429) or self.status >= 500
+
     def __str__(self) -> str:
         return self.message
 

@@ -38,9 +38,15 @@ class Executor(DryRun):
         self.clock = clock
         self.should_stop = should_stop
 
-    def reconcile(self, namespace: str, name: str) -> Outcome:
-        """One pass over one release: fresh read, decide (SPEC §6), act."""
+    def reconcile(self, namespace: str, name: str, *,
+                  only_rows: frozenset[plan.Row] | None = None) -> Outcome:
+        """One pass over one release: fresh read, decide (SPEC §6), act — only on the rows
+        in ``only_rows`` when given (otherwise: unchanged, nothing written)."""
         hr = self.kube.get_hr(namespace, name)
+        if only_rows is not None and hr is not None:
+            d = plan.decide(hr, self.clock())
+            if d.row not in only_rows:
+                return Outcome(namespace, name, Result.UNCHANGED, d.reason, row=d.row)
         return self.apply_decision(namespace, name, hr)
 
     def apply_decision(self, namespace: str, name: str, hr: dict | None) -> Outcome:

@@ -55,9 +55,7 @@ class Primitives:
             except KubeError as exc:
                 if exc.not_found and exc.object_missing:
                     return None
-                retry = exc.conflict or exc.failed_test_op or (
-                    transient and (exc.status == 0 or exc.status == 429 or exc.status >= 500))
-                if not retry:
+                if not (exc.changed if not transient else exc.retryable):
                     raise
                 if time.monotonic() >= deadline:
                     raise Conflict(409, "Conflict", f"{what}: the release kept changing (or the "
@@ -81,19 +79,21 @@ class Primitives:
         return self.retry_on_conflict(hr, attempt, what="lifting our suspension",
                                       timeout=self.opt.relinquish_timeout, transient=True)
 
-    def remove_fence(self, hr: dict) -> bool:
-        """Drop our fence only (never spec.suspend): a guarded JSON patch testing rv, uid
-        and the fence's index.  Re-reads and re-decides on conflict.  True if removed."""
-        def attempt(current: dict) -> bool:
+    def remove_fence(self, hr: dict, *, timeout: float | None = None) -> dict | None:
+        """The one fence-removal primitive (the executor and release-fence): drop every
+        copy of our fence, never spec.suspend, with a guarded JSON patch testing rv, uid and
+        each fence index.  Re-reads and re-decides on conflict (the one retry rule of
+        ``retry_on_conflict``).  Returns the release after the patch, or None when there
+        was no fence to remove (or the release is gone)."""
+        def attempt(current: dict) -> dict | None:
             ops = writes.remove_fence_json_patch(current)
             if ops is None:
-                return False
+                return None
             md = current["metadata"]
-            self.kube.json_patch_hr(md["namespace"], md["name"], ops)
-            return True
-        return bool(self.retry_on_conflict(hr, attempt, what="removing the fence",
-                                           timeout=self.opt.relinquish_timeout,
-                                           transient=True))
+            return self.kube.json_patch_hr(md["namespace"], md["name"], ops)
+        return self.retry_on_conflict(hr, attempt, what="removing the fence",
+                                      timeout=self.opt.relinquish_timeout if timeout is None
+                                      else timeout, transient=True)
 
     def acquire(self, hr: dict, revision: int) -> dict | None:
         """Suspend + fence in one apply.  Unforced first.  A 409 re-reads and re-decides:

@@ -198,7 +198,7 @@ class Saga(Handshake):
             if fresh is not None and detect.is_fenced(fresh) and (
                     not detect.is_terminating(fresh)
                     or (detect.is_suspended(fresh) and not ownership.owns_suspend(fresh))):
-                if self.remove_fence(fresh):
+                if self.remove_fence(fresh) is not None:
                     out.steps.append("removed the fence")
         except KubeError as exc:
             if not exc.conflict:
@@ -224,7 +224,7 @@ class Saga(Handshake):
 
     def _remove_fence(self, hr: dict, out: Outcome) -> None:
         try:
-            removed = self.remove_fence(hr)
+            removed = self.remove_fence(hr) is not None
         except KubeError as exc:
             out.result, out.failed = Result.FAILED, True
             out.detail = f"could not remove the fence: {exc}; {fence_hint(hr)}"

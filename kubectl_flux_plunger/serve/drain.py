@@ -15,16 +15,14 @@ import time
 from typing import Callable
 
 from ..detect import is_fenced, is_suspended
-from ..executor import Result
+from ..executor import Outcome, Result
+from ..executor.drain import Drain
 from ..kube import KubeError
 from ..ownership import owns_suspend
 from .logs import fields
 from .watch import PAGE_SIZE, key_of
 
 log = logging.getLogger(__name__)
-
-DONE = (Result.FENCE_REMOVED, Result.GONE)
-
 
 def ours(hr: dict) -> bool:
     return is_fenced(hr) or (is_suspended(hr) and owns_suspend(hr))
@@ -47,73 +45,37 @@ class Drainer:
         return keys
 
     def run(self, timeout: float, still_leading: Callable[[], bool] = lambda: True) -> int:
-        """Drain within ``timeout`` seconds.  Returns the releases still held in the last
-        successful listing (0 = every fence released; -1 = never listed)."""
-        deadline = self.clock() + timeout
-        held = -1
-        passes = 0
+        """Drain within ``timeout`` seconds (the executor's one drain loop).  Returns the
+        releases still held in the last successful listing (0 = every fence released;
+        -1 = never listed)."""
         log.info("drain: releasing flux-plunger's suspensions and uninstall fences",
                  extra=fields(timeout=timeout))
-        while True:
-            if not still_leading():
-                log.error("drain: lost the Lease; leaving the rest to the new leader")
-                return held
-            try:
-                keys = self._list()
-            except KubeError as exc:
-                log.warning("drain: cannot list HelmReleases: %s", exc)
-                if self._wait(deadline):
-                    return self._gave_up(held)
-                continue
-            passes += 1
-            held = len(keys)
-            if not keys:
-                log.info("drain: released every uninstall fence before stopping",
-                         extra=fields(passes=passes))
-                return 0
-            settled = True
-            for key in keys:
-                if self.clock() >= deadline or not still_leading():
-                    settled = False
-                    break
-                ns, name = key.split("/", 1)
-                try:
-                    out = self.executor.reconcile(ns, name)
-                except KubeError as exc:
-                    settled = False
-                    if self.metrics is not None:
-                        self.metrics.error()
-                    log.warning("drain: %s: %s", key, exc, extra=fields(release=key))
-                    continue
-                if self.metrics is not None:
-                    self.metrics.observe(out)
-                repeat = self._last.get(key) == out.result
-                self._last[key] = out.result
-                log.log(logging.DEBUG if repeat or out.result == Result.UNCHANGED else logging.INFO,
-                        "drain: %s: %s", out.result, out.detail,
-                        extra=fields(release=key, row=out.row, result=out.result))
-                if out.result not in DONE:
-                    settled = False
-            if self.clock() >= deadline:
-                return self._gave_up(held)
-            if not settled and self._wait(deadline):
-                # one last look so the count we report is current
-                try:
-                    held = len(self._list())
-                except KubeError:
-                    pass
-                if held == 0:
-                    log.info("drain: released every uninstall fence before stopping")
-                    return 0
-                return self._gave_up(held)
+        report = Drain(self.executor, poll=self.poll, clock=self.clock).run(
+            self._list, timeout, still_going=still_leading, on_outcome=self._outcome,
+            on_error=self._error,
+            on_list_error=lambda exc: log.warning("drain: cannot list HelmReleases: %s", exc))
+        if report.stopped:
+            log.error("drain: lost the Lease; leaving the rest to the new leader")
+            return report.held
+        if report.done:
+            log.info("drain: released every uninstall fence before stopping",
+                     extra=fields(passes=report.passes))
+            return 0
+        return self._gave_up(report.held)
 
-    def _wait(self, deadline: float) -> bool:
-        """Sleep one poll; True when the deadline has passed."""
-        remaining = deadline - self.clock()
-        if remaining <= 0:
-            return True
-        time.sleep(min(self.poll, remaining))
-        return self.clock() >= deadline
+    def _outcome(self, key: str, out: Outcome) -> None:
+        if self.metrics is not None:
+            self.metrics.observe(out)
+        repeat = self._last.get(key) == out.result
+        self._last[key] = out.result
+        log.log(logging.DEBUG if repeat or out.result == Result.UNCHANGED else logging.INFO,
+                "drain: %s: %s", out.result, out.detail,
+                extra=fields(release=key, row=str(out.row), result=str(out.result)))
+
+    def _error(self, key: str, exc: KubeError) -> None:
+        if self.metrics is not None:
+            self.metrics.error()
+        log.warning("drain: %s: %s", key, exc, extra=fields(release=key))
 
     def _gave_up(self, held: int) -> int:
         log.warning("drain: stopped with %s uninstall fence(s) still held; the next "

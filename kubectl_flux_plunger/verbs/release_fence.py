@@ -13,26 +13,13 @@ from dataclasses import asdict, dataclass
 
 from .. import constants as C
 from .. import detect, ownership, writes
-from ..executor import Executor, Result
+from ..executor import Executor, Outcome, Result
+from ..executor.drain import Drain
 from ..plan import Row
 from ..kube import Kube, KubeError
 
-RETRY_SLEEP = 1.0
 MAX_FENCE_REMOVALS = 8
 DEFAULT_CONCURRENCY = 8
-
-
-def _retryable(exc: KubeError) -> bool:
-    """Worth another try inside the deadline: the release changed (409, a failed JSON-patch
-    ``test``), or the API was unreachable, throttled or failing (0, 429, 5xx).  Everything
-    else — 400, 401, 403, 422 (an admission denial), a 404 for the API itself — fails the
-    release at once: retrying cannot change the answer."""
-    return (exc.conflict or exc.failed_test_op or exc.status == 0 or exc.status == 429
-            or exc.status >= 500)
-
-
-def _sleep_until(deadline: float) -> None:
-    time.sleep(max(0.0, min(RETRY_SLEEP, deadline - time.monotonic())))
 
 
 @dataclass
@@ -56,63 +43,31 @@ class FenceResult:
         return f"released the uninstall fence from {ref}" + (f" ({self.detail})" if self.detail else "")
 
 
-def _lift_sole_suspension(kube: Kube, hr: dict, deadline: float) -> dict | None:
-    """Lift a suspension flux-plunger alone owns.  Returns the release as last read
-    (None when gone).  Raises KubeError when the window closes."""
-    current = hr
-    while True:
-        if current is None:
-            return None
+def _lift_sole_suspension(prims: Executor, hr: dict, timeout: float) -> dict | None:
+    """Lift a suspension flux-plunger alone owns with the guarded JSON patch (never an
+    apply).  Returns the release as last read or written (None when gone).  Raises
+    KubeError at once for what retrying cannot change, or when ``timeout`` passes."""
+    def attempt(current: dict) -> dict:
         if not (detect.is_suspended(current) and ownership.sole_owner_is_us(current)):
             return current
         md = current["metadata"]
-        try:
-            return kube.json_patch_hr(md["namespace"], md["name"],
-                                      writes.unsuspend_json_patch(current))
-        except KubeError as exc:
-            if exc.object_missing:
-                return None
-            if not _retryable(exc) or time.monotonic() >= deadline:
-                raise
-        _sleep_until(deadline)
-        current = _reread(kube, current, deadline)
+        return prims.kube.json_patch_hr(md["namespace"], md["name"],
+                                        writes.unsuspend_json_patch(current))
+    return prims.retry_on_conflict(hr, attempt, what="lifting flux-plunger's suspension",
+                                   timeout=timeout, transient=True)
 
 
-def _reread(kube: Kube, hr: dict, deadline: float) -> dict | None:
-    md = hr["metadata"]
-    while True:
-        try:
-            fresh = kube.get_hr(md["namespace"], md["name"])
-            if fresh is not None and fresh["metadata"].get("uid") != md.get("uid"):
-                return None
-            return fresh
-        except KubeError as exc:
-            if not _retryable(exc) or time.monotonic() >= deadline:
-                raise
-            _sleep_until(deadline)
-
-
-def _remove_fences(kube: Kube, hr: dict, deadline: float) -> dict | None:
-    """Remove every copy of the fence; returns the release as last written/read."""
-    current, removed = hr, 0
-    while current is not None and detect.is_fenced(current):
-        if removed >= MAX_FENCE_REMOVALS:
-            raise KubeError(409, "Conflict", "the fence keeps coming back; is a flux-plunger "
-                            "controller still running?")
-        md = current["metadata"]
-        try:
-            current = kube.json_patch_hr(md["namespace"], md["name"],
-                                         writes.remove_fence_json_patch(current))
-            removed += 1
-            continue
-        except KubeError as exc:
-            if exc.object_missing:
-                return None
-            if not _retryable(exc) or time.monotonic() >= deadline:
-                raise
-        _sleep_until(deadline)
-        current = _reread(kube, current, deadline)
-    return current
+def _remove_fences(prims: Executor, hr: dict, deadline: float) -> None:
+    """Remove every copy of the fence with the executor's one fence-removal primitive;
+    a fence that keeps coming back (a controller still running) is an error."""
+    current: dict | None = hr
+    for _ in range(MAX_FENCE_REMOVALS):
+        if current is None or not detect.is_fenced(current):
+            return
+        current = prims.remove_fence(current, timeout=max(0.0, deadline - time.monotonic()))
+    if current is not None and detect.is_fenced(current):
+        raise KubeError(409, "Conflict", "the fence keeps coming back; is a flux-plunger "
+                        "controller still running?")
 
 
 def release_one(kube: Kube, hr: dict, window: float,
@@ -123,8 +78,9 @@ def release_one(kube: Kube, hr: dict, window: float,
     ns, name = md["namespace"], md["name"]
     own = time.monotonic() + window
     deadline = own if deadline is None else min(own, deadline)
+    prims = Executor(kube)
     try:
-        current = _lift_sole_suspension(kube, hr, deadline)
+        current = _lift_sole_suspension(prims, hr, max(0.0, deadline - time.monotonic()))
     except KubeError as exc:
         return FenceResult(ns, name, False, False,
                            f"flux-plunger's suspension could not be lifted: {exc}")
@@ -139,53 +95,47 @@ def release_one(kube: Kube, hr: dict, window: float,
                  and C.HELM_CONTROLLER_FINALIZER not in (current["metadata"].get("finalizers") or []))
     try:
         if current is not None:
-            _remove_fences(kube, current, deadline)
+            _remove_fences(prims, current, deadline)
     except KubeError as exc:
         return FenceResult(ns, name, False, False, f"the fence could not be removed: {exc}")
     return FenceResult(ns, name, True, unhandled, note)
 
 
+TERMINATING_ROWS = frozenset({
+    Row.TERMINATING_SUSPENDED_OWNED, Row.TERMINATING_SUSPENDED_FOREIGN,
+    Row.TERMINATING_FENCED_UNINSTALLED, Row.TERMINATING_FENCED_WAITING})
+
+
 def wait_uninstalls(executor: Executor, releases: list[dict], timeout: float,
                     poll: float = 1.0) -> tuple[list[dict], list[FenceResult]]:
-    """The drain: let helm-controller finish uninstalls of deleted, fenced releases
-    (lifting our suspensions so it can; releasing the fence once it has) until none waits
-    or ``timeout`` passes.  Returns (releases still fenced, as last read; results of those
-    released meanwhile).  A release that cannot be read is kept and retried."""
-    deadline = time.monotonic() + timeout
-    kube = executor.kube
-    pending = releases
-    done: list[FenceResult] = []
-    while True:
-        still, waiting = [], False
-        for hr in pending:
-            md = hr["metadata"]
-            ns, name = md["namespace"], md["name"]
-            try:
-                current = kube.get_hr(ns, name)
-                if current is not None and detect.is_terminating(current) \
-                        and detect.is_fenced(current):
-                    outcome = executor.apply_decision(ns, name, current)
-                    if outcome.result == Result.FENCE_REMOVED:
-                        foreign = outcome.row == Row.TERMINATING_SUSPENDED_FOREIGN
-                        done.append(FenceResult(ns, name, True, foreign,
-                                                "suspended by another manager" if foreign
-                                                else "after helm-controller's uninstall"))
-                        continue
-                    waiting = waiting or outcome.result in (Result.WAITING, Result.RELINQUISHED,
-                                                            Result.FAILED)
-                    current = kube.get_hr(ns, name)
-            except KubeError:
-                still.append(hr)
-                waiting = True
-                continue
-            if current is None:
-                done.append(FenceResult(ns, name, True, False, "the release is gone"))
-                continue
-            still.append(current)
-        pending = still
-        if not waiting or time.monotonic() >= deadline:
-            return [hr for hr in pending if detect.is_fenced(hr)], done
-        time.sleep(poll)
+    """The drain (the executor's one drain loop, as serve's shutdown runs it) over the
+    deleted, fenced releases: our suspensions lifted so helm-controller can uninstall, the
+    fence released once it has, until none waits or ``timeout`` passes.  Live releases are
+    not touched here (release-fence lifts their suspension with a guarded JSON patch, never
+    an apply).  Returns (releases still fenced, results of those released meanwhile).  A
+    release that cannot be read is kept and retried."""
+    by_key = {f"{hr['metadata']['namespace']}/{hr['metadata']['name']}": hr for hr in releases}
+    pending = dict.fromkeys(by_key)          # keys still draining, in order
+    done: dict[str, FenceResult] = {}
+
+    def outcome(key: str, out: Outcome) -> None:
+        ns, name = key.split("/", 1)
+        if out.result == Result.FENCE_REMOVED:
+            foreign = out.row == Row.TERMINATING_SUSPENDED_FOREIGN
+            done[key] = FenceResult(ns, name, True, foreign,
+                                    "suspended by another manager" if foreign
+                                    else "after helm-controller's uninstall")
+        elif out.result == Result.GONE:
+            done[key] = FenceResult(ns, name, True, False, "the release is gone")
+        elif out.row in TERMINATING_ROWS and out.result in (
+                Result.WAITING, Result.RELINQUISHED, Result.FAILED):
+            return                               # still waiting for helm-controller
+        pending.pop(key, None)                   # live, or nothing of ours: not waiting
+
+    Drain(executor, poll=poll).run(lambda: list(pending), timeout,
+                                   only_rows=TERMINATING_ROWS, on_outcome=outcome)
+    still = [hr for key, hr in by_key.items() if key not in done]
+    return still, list(done.values())
 
 
 def run(kube: Kube, releases: list[dict], *, window: float = 60.0,

@@ -1,0 +1,99 @@
+"""The drain of SPEC §8 — one loop for serve's shutdown and ``release-fence
+--wait-uninstall``: pass after pass, take the releases still held, apply the decision table
+to each on a fresh read with an executor that never starts a recovery (live ones lose our
+suspension with the fence, terminating ones are carried through helm-controller's
+uninstall, the fence removed once ``detect.uninstall_reached``), until none is held, the
+caller stops us, or the deadline passes."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from .. import plan
+from ..kube import KubeError
+from .outcome import Outcome, Result
+
+if TYPE_CHECKING:
+    from . import Executor
+
+DONE = frozenset({Result.FENCE_REMOVED, Result.GONE})
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    held: int        # releases still held at the last successful look (-1: never looked)
+    passes: int
+    done: bool       # nothing held any more
+    stopped: bool = False   # ``still_going`` said stop
+
+
+def _ignore(*_: object) -> None:
+    return None
+
+
+class Drain:
+    def __init__(self, executor: "Executor", *, poll: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.executor = executor
+        self.poll = poll
+        self.clock = clock
+        self.sleep = sleep
+
+    def run(self, held: Callable[[], list[str]], timeout: float, *,
+            still_going: Callable[[], bool] = lambda: True,
+            only_rows: frozenset[plan.Row] | None = None,
+            on_outcome: Callable[[str, Outcome], None] = _ignore,
+            on_error: Callable[[str, KubeError], None] = _ignore,
+            on_list_error: Callable[[KubeError], None] = _ignore) -> DrainReport:
+        """``held()`` names the releases (``namespace/name``) still to drain, fresh each
+        pass; a pass in which every one came out fence-removed or gone is followed by
+        another look, which ends the drain when nothing is held."""
+        deadline = self.clock() + timeout
+        count, passes = -1, 0
+        while True:
+            if not still_going():
+                return DrainReport(count, passes, False, stopped=True)
+            try:
+                keys = held()
+            except KubeError as exc:
+                on_list_error(exc)
+                if self._wait(deadline):
+                    return DrainReport(count, passes, False)
+                continue
+            passes += 1
+            count = len(keys)
+            if not keys:
+                return DrainReport(0, passes, True)
+            settled = True
+            for key in keys:
+                if self.clock() >= deadline or not still_going():
+                    settled = False
+                    break
+                ns, name = key.split("/", 1)
+                try:
+                    out = self.executor.reconcile(ns, name, only_rows=only_rows)
+                except KubeError as exc:
+                    settled = False
+                    on_error(key, exc)
+                    continue
+                on_outcome(key, out)
+                if out.result not in DONE:
+                    settled = False
+            if self.clock() >= deadline:
+                return DrainReport(count, passes, False)
+            if not settled and self._wait(deadline):
+                try:                       # one last look so the count reported is current
+                    count = len(held())
+                except KubeError:
+                    pass
+                return DrainReport(count, passes, count == 0)
+
+    def _wait(self, deadline: float) -> bool:
+        """Sleep one poll; True when the deadline has passed."""
+        remaining = deadline - self.clock()
+        if remaining <= 0:
+            return True
+        self.sleep(min(self.poll, remaining))
+        return self.clock() >= deadline
