@@ -18,13 +18,15 @@ def _fence_held(cluster, ns, name):
 
 
 def test_held_fence_warning_after_the_threshold(cluster, ns, serve):  # noqa: F811
-    s = serve("-n", ns, "--leader-election-namespace", ns, *FAST,
-              "--fence-held-warn-after", f"{WARN_AFTER}s")
-    eventually(s.leads, 30, "leading")
+    # fenced and deleted before serve starts: a live fenced release would have its fence
+    # removed (row live-fenced) if serve saw it before the delete
     cluster.create_hr(ns, "held")
     hold(cluster, ns, "held", suspend=False)
     cluster.delete_hr(ns, "held")      # no helm-controller: the fence holds the delete
     deleted = parse_timestamp(cluster.get(ns, "held")["metadata"]["deletionTimestamp"])
+    s = serve("-n", ns, "--leader-election-namespace", ns, *FAST,
+              "--fence-held-warn-after", f"{WARN_AFTER}s")
+    eventually(s.leads, 30, "leading")
     eventually(lambda: s.logged(rf"waiting: .*release={ns}/held"), 15, "the held delete seen")
     events = eventually(lambda: _fence_held(cluster, ns, "held"), 20,
                         "an UninstallFenceHeld event")
