@@ -15,7 +15,6 @@ from . import constants, storage
 from .detect import (
     already_processed,
     awaiting_retry_without_storage,
-    has_remote_kubeconfig,
     held_seconds,
     is_fenced,
     is_stuck,
@@ -50,7 +49,6 @@ class Row(str, enum.Enum):
     LIVE_SUSPENDED_FOREIGN = "live-suspended-foreign"
     LIVE_SUSPENDED_OWNED = "live-suspended-owned"
     LIVE_FENCED = "live-fenced"
-    REMOTE_KUBECONFIG = "remote-kubeconfig"
     LIVE_STUCK = "live-stuck"
     HEALTHY = "healthy"
 
@@ -212,12 +210,6 @@ def _decide_live(hr: dict) -> Decision:
     if is_fenced(hr):
         return _decision(
             Action.REMOVE_FENCE, Row.LIVE_FENCED, "not suspended but still fenced: remove the fence"
-        )
-    if is_stuck(hr) and has_remote_kubeconfig(hr):
-        return _decision(
-            Action.NOTHING,
-            Row.REMOTE_KUBECONFIG,
-            "stuck, but its Helm storage is in a remote cluster (spec.kubeConfig): skipped",
         )
     if is_stuck(hr):
         return _decision(

@@ -203,6 +203,8 @@ class ControlPlane:
         except FileNotFoundError:
             return []
         out = []
+        # the apiserver may be mid-way through writing the last line: complete lines only
+        raw = raw[:raw.rfind(b"\n") + 1]
         for line in raw.splitlines():
             if not line.strip():
                 continue
@@ -287,6 +289,28 @@ class ControlPlane:
         }
         path.write_text(yaml.safe_dump(cfg))
         return path
+
+    def self_contained_kubeconfig(self, credentials: dict | None = None,
+                                  user: str = "admin") -> bytes:
+        """A kubeconfig with every certificate and key embedded (no file paths), as a
+        ``spec.kubeConfig`` Secret must hold; ``credentials`` default to the admin client
+        certificate, e.g. ``{"token": ...}`` for a ServiceAccount."""
+        import base64
+
+        def data(path: Path) -> str:
+            return base64.b64encode(Path(path).read_bytes()).decode()
+        f = self.files
+        creds = credentials if credentials is not None else {
+            "client-certificate-data": data(f["admin_cert"]),
+            "client-key-data": data(f["admin_key"])}
+        cfg = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "remote",
+            "clusters": [{"name": "remote", "cluster": {
+                "server": self.server, "certificate-authority-data": data(f["serving_ca"])}}],
+            "users": [{"name": user, "user": creds}],
+            "contexts": [{"name": "remote", "context": {"cluster": "remote", "user": user}}],
+        }
+        return yaml.safe_dump(cfg).encode()
 
     def kube(self, **kwargs):
         from kubectl_flux_plunger.kube import Kube

@@ -42,6 +42,23 @@ def plane(tmp_path_factory):
     cp.stop()
 
 
+@pytest.fixture(scope="session")
+def remote_plane(tmp_path_factory):
+    """A second real control plane: the remote cluster of ``spec.kubeConfig`` releases
+    (no Flux CRDs: only Helm storage lives there)."""
+    from testplane.binaries import BuildError
+    from testplane.plane import ControlPlane, PlaneError
+
+    cp = ControlPlane(tmp_path_factory.mktemp("remote-plane"))
+    try:
+        cp.start(crds=False)
+    except (BuildError, PlaneError, TimeoutError) as exc:
+        cp.stop()
+        pytest.fail(f"cannot start the remote control plane: {exc}", pytrace=False)
+    yield cp
+    cp.stop()
+
+
 @pytest.fixture
 def kube(plane):
     k = plane.kube()

@@ -231,7 +231,7 @@ def status(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
 
 def _run_table(verb_name, kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
                selector, names, output, dry_run, concurrency, only_rows, handshake_timeout=30.0,
-               lease_namespace=None, force=False):
+               lease_namespace=None, force=False, backup_dir=None):
     from ..events import Recorder
     from ..executor import Executor, Options
     from ..verbs import recover as verb
@@ -245,8 +245,10 @@ def _run_table(verb_name, kubeconfig, kube_context, request_timeout, namespace, 
         click.echo(f"Error from server (NotFound): {m}", err=True)
     if releases and dry_run != "client":
         _controller_check(s.kube, lease_namespace, force)
+    from ..backup import DirectoryBackup
     opts = Options(dry_run_client=(dry_run == "client"), allow_recover=(only_rows is None),
-                   handshake_timeout=handshake_timeout)
+                   handshake_timeout=handshake_timeout,
+                   backup=DirectoryBackup(backup_dir) if backup_dir else None)
     executor = Executor(s.kube, Recorder(s.kube, enabled=(dry_run == "none")), options=opts)
     outcomes = verb.run(executor, releases, concurrency=concurrency, only_rows=only_rows,
                         fresh=bool(names))
@@ -296,14 +298,18 @@ def _summary(verb_name: str, outcomes, dry_run: str) -> str:
               help="Releases handled at once (each release is handled serially).")
 @click.option("--handshake-timeout", type=DURATION, default="30s", show_default=True,
               help="How long to wait for helm-controller to observe the suspension before deleting.")
+@click.option("--backup-dir", metavar="DIR", type=click.Path(file_okay=False),
+              help="Write each Secret to DIR (mode 0600) before deleting it; if the write fails "
+                   "nothing is deleted. Undo with `restore FILE`.")
 @lease_options
 @_api_errors
 def recover(kubeconfig, kube_context, request_timeout, namespace, all_namespaces, selector,
-            names, output, dry_run, concurrency, handshake_timeout, lease_namespace, force):
+            names, output, dry_run, concurrency, handshake_timeout, backup_dir, lease_namespace,
+            force):
     """Recover stuck HelmReleases once (the same decision table the controller runs)."""
     _run_table("recover", kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
                selector, names, output, dry_run, concurrency, None, handshake_timeout,
-               lease_namespace, force)
+               lease_namespace, force, backup_dir)
 
 
 @cli.command("resume-owned")
@@ -392,6 +398,45 @@ def release_fence(kubeconfig, kube_context, request_timeout, namespace, all_name
         click.echo(verb.summary(results) + (" (dry run)" if dry_run == "server" else ""))
     ok = all(r.released for r in results) and not missing
     raise SystemExit(int(Exit.OK if ok else Exit.FAILURE))
+
+
+@cli.command()
+@connection_options
+@click.argument("source", metavar="FILE|SECRET")
+@click.option("-n", "--namespace", metavar="NS",
+              help="Namespace of a backup SECRET (default: the context's).")
+@click.option("--force", is_flag=True,
+              help="Restore although the HelmRelease is not suspended by you (or is gone).")
+@dry_run_option
+@output_option
+@_api_errors
+def restore(kubeconfig, kube_context, request_timeout, source, namespace, force, dry_run, output):
+    """Put back a revision saved by `recover --backup-dir` (FILE) or by serve's
+    --backup-secret-namespace ([NS/]SECRET).
+
+    Creates the Secret only while it is absent (never overwrites) and only while the
+    HelmRelease is suspended by you (e.g. `flux suspend helmrelease`), unless --force."""
+    from ..backup import BackupError, load_file, load_secret
+    from ..verbs import restore as verb
+    from . import render
+
+    s = Session(kubeconfig, kube_context, request_timeout, namespace, dry_run=dry_run)
+    try:
+        if os.path.exists(source):
+            doc, where = load_file(source), source
+        else:
+            ns, _, name = source.rpartition("/")
+            ns = ns or s.selection.namespace
+            doc, where = load_secret(s.kube, ns, name), f"Secret {ns}/{name}"
+    except BackupError as exc:
+        fail(str(exc))
+    res = verb.run(s.kube, doc, where, force=force, dry_run=dry_run)
+    if output in ("json", "yaml"):
+        click.echo(render.as_json([res.as_dict()], "Restore") if output == "json"
+                   else render.as_yaml([res.as_dict()], "Restore"))
+    else:
+        click.echo(res.line(), err=not res.ok)
+    raise SystemExit(int(Exit.OK if res.ok else Exit.FAILURE))
 
 
 @cli.command()

@@ -44,7 +44,7 @@ def names(items: list[dict]) -> str:
 
 STATUS_HEADERS = ["NAME", "STATE", "SUSPEND-OWNER", "REVISION", "HELM-STATUS", "PROCESSED",
                   "FENCED", "AGE"]
-STATUS_WIDE = ["RELEASE", "STORAGE-NAMESPACE", "NOTE"]
+STATUS_WIDE = ["RELEASE", "STORAGE-NAMESPACE", "CLUSTER", "NOTE"]
 
 
 def status_table(rows, *, all_namespaces: bool, wide: bool) -> str:
@@ -56,7 +56,7 @@ def status_table(rows, *, all_namespaces: bool, wide: bool) -> str:
         if all_namespaces:
             cells.insert(0, r.namespace)
         if wide:
-            cells += [r.release, r.storage_namespace, r.note]
+            cells += [r.release, r.storage_namespace, r.cluster, r.note]
         out.append(cells)
     return table(headers, out)
 

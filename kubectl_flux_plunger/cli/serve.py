@@ -86,6 +86,11 @@ def check_timings(*, drain: float, stop: float, lease: float, renew: float, retr
 @click.option("--handshake-timeout", type=DURATION, default="30s",
               help="How long to wait for helm-controller to observe the suspension before "
                    "deleting a revision.")
+@click.option("--backup-secret-namespace", metavar="NS",
+              help="Keep a copy of every deleted Secret as a Secret in NS (the controller's "
+                   "own namespace), for `restore`.  [default: off]")
+@click.option("--backup-retention", type=DURATION, default="168h",
+              help="Prune backup Secrets older than this when a new one is written.")
 @click.option("--metrics-bind-address", default=":8080", metavar="ADDR",
               help="Address of /metrics (0 disables).")
 @click.option("--health-probe-bind-address", default=":8081", metavar="ADDR",
@@ -99,7 +104,7 @@ def serve(kubeconfig, kube_context, request_timeout, namespace, selector, worker
           leader_election_namespace, lease_duration, renew_deadline, retry_period,
           shutdown_drain_timeout, shutdown_stop_timeout, termination_grace_period,
           resync_period, fence_recheck_interval, fence_held_warn_after, handshake_timeout,
-          metrics_bind_address, health_probe_bind_address, log_format, log_level):
+          backup_secret_namespace, backup_retention, metrics_bind_address, health_probe_bind_address, log_format, log_level):
     """Run the controller: watch HelmReleases and recover stuck ones continuously.
 
     The same decision table as `recover`, driven by a list+watch, with leader election on
@@ -121,6 +126,10 @@ def serve(kubeconfig, kube_context, request_timeout, namespace, selector, worker
                             handshake=handshake_timeout, leader_elect=leader_elect)
     if problem:
         fail(problem, Exit.USAGE)
+    if backup_secret_namespace is not None and not backup_secret_namespace.strip():
+        fail("--backup-secret-namespace must not be empty", Exit.USAGE)
+    if backup_retention is None or backup_retention <= 0:
+        fail("--backup-retention must be positive", Exit.USAGE)
     try:
         metrics_addr = parse_bind_address(metrics_bind_address, "--metrics-bind-address")
         probe_addr = parse_bind_address(health_probe_bind_address, "--health-probe-bind-address")
@@ -166,6 +175,9 @@ def serve(kubeconfig, kube_context, request_timeout, namespace, selector, worker
         stop_timeout=shutdown_stop_timeout, resync_period=resync_period,
         fence_recheck=fence_recheck_interval, fence_warn_after=fence_held_warn_after,
         handshake_timeout=handshake_timeout, metrics_addr=metrics_addr, probe_addr=probe_addr)
+    if backup_secret_namespace:
+        from ..backup import SecretBackup
+        cfg.backup = SecretBackup(kube, backup_secret_namespace, retention=backup_retention)
     try:
         code = run(kube, cfg, lease_kube=lease_kube)
     except BindError as exc:

@@ -20,6 +20,7 @@ from typing import Callable
 from .. import detect, plan
 from ..events import Recorder
 from ..kube import Kube, KubeError
+from ..remote import Remotes
 from .dryrun import DryRun
 from .outcome import (CLEANUP_RESULTS, MAX_PASSES, Options, Outcome, Result, Stopped,
                       fence_hint, leftover_hint, utcnow)
@@ -31,8 +32,10 @@ __all__ = ["Executor", "Options", "Outcome", "Result", "Stopped", "fence_hint",
 class Executor(DryRun):
     def __init__(self, kube: Kube, recorder: Recorder | None = None, *,
                  options: Options | None = None, clock: Callable[[], dt.datetime] = utcnow,
-                 should_stop: Callable[[], bool] = lambda: False):
+                 should_stop: Callable[[], bool] = lambda: False,
+                 remotes: Remotes | None = None):
         self.kube = kube
+        self.remotes = remotes or Remotes(kube)   # where spec.kubeConfig releases keep storage
         self.recorder = recorder or Recorder(kube, enabled=False)
         self.opt = options or Options()
         self.clock = clock
@@ -73,8 +76,6 @@ class Executor(DryRun):
                 out.result, out.detail = Result.SKIPPED, "stuck; recovery not requested by this command"
             else:
                 self.recover(hr, out)
-        elif d.row is plan.Row.REMOTE_KUBECONFIG:
-            out.result = Result.SKIPPED
         return out
 
     def settle(self, hr: dict, *, only_rows: frozenset[str] | None = None,
@@ -99,9 +100,8 @@ class Executor(DryRun):
                         only_rows is not None and d.row not in only_rows):
                     if prev is not None:
                         return prev
-                    return Outcome(ns, name, Result.SKIPPED if d.row is plan.Row.REMOTE_KUBECONFIG
-                                   else Result.GONE if current is None else Result.UNCHANGED,
-                                   d.reason, row=d.row)
+                    return Outcome(ns, name, Result.GONE if current is None
+                                   else Result.UNCHANGED, d.reason, row=d.row)
                 if prev is None and not fresh:
                     # the LIST only chose candidates: every decision that acts is re-made
                     # on a fresh read (the listed copy may be minutes old by now)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import constants as C
 from .. import plan, writes
 from .outcome import Outcome, Result
-from .saga import RECOVERY_STEPS, Saga, step_args
+from .saga import DELETE, RECOVERY_STEPS, Saga, step_args
 
 
 class DryRun(Saga):
@@ -22,9 +22,12 @@ class DryRun(Saga):
             choice = self._choose(hr, out)
             if choice is None:
                 return out
-            args = step_args(choice)
+            args = step_args(choice, self.storage_where(hr))
             out.result = Result.PLANNED
-            out.steps += [step.plan.format(**args) for step in RECOVERY_STEPS]
+            for step in RECOVERY_STEPS:
+                if step is DELETE and self.opt.backup is not None:
+                    out.steps.append(f"save the Secret first to {self.opt.backup.describe()}")
+                out.steps.append(step.plan.format(**args))
         else:
             out.result = Result.UNCHANGED
         return out

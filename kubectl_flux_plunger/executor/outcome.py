@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from .. import constants as C
 from .. import plan
+from ..backup import Backup
 
 TERMINATING_DETAIL = ("the release began terminating during recovery; storage left intact "
                       "and the suspension lifted so helm-controller uninstalls it")
@@ -59,11 +60,15 @@ class Outcome:
     failed: bool = False
     requeue_after: float | None = None
     steps: list[str] = field(default_factory=list)  # dry-run plan / what was done
+    backup: str = ""     # where the deleted Secret was saved (recover --backup-dir, serve)
 
     def as_dict(self) -> dict:
-        return {"namespace": self.namespace, "name": self.name, "result": str(self.result),
-                "detail": self.detail, "row": str(self.row), "revision": self.revision,
-                "failed": self.failed, "steps": list(self.steps)}
+        out = {"namespace": self.namespace, "name": self.name, "result": str(self.result),
+               "detail": self.detail, "row": str(self.row), "revision": self.revision,
+               "failed": self.failed, "steps": list(self.steps)}
+        if self.backup:
+            out["backup"] = self.backup
+        return out
 
 
 @dataclass
@@ -76,6 +81,7 @@ class Options:
     allow_recover: bool = True        # resume-owned / drain never start a recovery
     relinquish_timeout: float = 30.0  # keep lifting our suspension while it is ours
     acquire_timeout: float = 10.0     # re-decide an acquire/record racing other writers
+    backup: Backup | None = None      # where a Secret is saved right before its DELETE
 
 
 def leftover_hint(hr: dict) -> str:

@@ -10,7 +10,8 @@ from typing import Callable, TypeVar
 
 from .. import detect, ownership, plan, storage, writes
 from ..events import Recorder
-from ..kube import Conflict, Kube, KubeError
+from ..kube import Conflict, Kube, KubeError, core_path
+from ..remote import Remotes, storage_cluster
 from .outcome import Options
 
 R = TypeVar("R")
@@ -22,6 +23,7 @@ class Primitives:
     opt: Options
     clock: Callable[[], dt.datetime]
     should_stop: Callable[[], bool]
+    remotes: Remotes
 
     def _event(self, hr: dict, spec: plan.EventSpec) -> None:
         self.recorder.record(hr, spec.reason, spec.type, spec.message)
@@ -139,13 +141,32 @@ class Primitives:
 
     def list_storage(self, hr: dict) -> list[dict]:
         """The release's Helm storage Secrets (one LIST).  Every read of storage goes
-        through here, so a release whose storage lives elsewhere can be routed in one place."""
+        through here, so a release whose storage lives elsewhere can be routed in one place.
+        Storage of a ``spec.kubeConfig`` release is listed in its remote cluster (a
+        :class:`~kubectl_flux_plunger.remote.RemoteError` says why it cannot be)."""
         ns, release = storage.storage_namespace(hr), storage.release_name(hr)
-        return self.kube.list_secrets(ns, storage.label_selector(release))
+        return self.remotes.storage_kube(hr).list_secrets(ns, storage.label_selector(release))
 
-    def delete_revision(self, hr: dict, rev: storage.Revision) -> None:
+    def storage_where(self, hr: dict) -> str:
+        """`` in cluster <server>`` when ``hr``'s storage is remote, else nothing."""
+        cluster = storage_cluster(self.remotes.storage_kube(hr, reuse=True))
+        return "" if cluster == "local" else f" in cluster {cluster}"
+
+    def delete_revision(self, hr: dict, rev: storage.Revision) -> str:
         """DELETE the one judged storage Secret, preconditioned on its uid and
         resourceVersion (SPEC §5): a Secret rewritten or re-created since the LIST answers
-        409 instead of going.  This is the single place right before a revision goes (a
-        backup of ``rev`` belongs here)."""
-        self.kube.delete_secret(rev.namespace, rev.name, rev.uid, rev.resource_version)
+        409 instead of going.  This is the single place right before a revision goes: with
+        a backup configured, the Secret is read and saved first — exactly the state the
+        preconditions name (another state answers 409 like the DELETE would) — and when
+        the save fails nothing is deleted (BackupError).  Returns where the backup went."""
+        store = self.remotes.storage_kube(hr, reuse=True)
+        saved = ""
+        if self.opt.backup is not None and not self.kube.dry_run:
+            secret = store.request("GET", "GET", core_path("secrets", rev.namespace, rev.name))
+            md = secret.get("metadata") or {}
+            if (md.get("uid"), md.get("resourceVersion")) != (rev.uid, rev.resource_version):
+                raise Conflict(409, "Conflict", f"Secret {rev.namespace}/{rev.name} changed "
+                               "since it was judged")
+            saved = self.opt.backup.save(secret, hr, storage_cluster(store))
+        store.delete_secret(rev.namespace, rev.name, rev.uid, rev.resource_version)
+        return saved

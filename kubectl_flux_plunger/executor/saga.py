@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 from .. import constants as C
 from .. import detect, ownership, plan, storage
+from ..backup import BackupError
 from ..kube import KubeError
+from ..remote import RemoteError, Unsupported
 from .handshake import Handshake
 from .outcome import (TERMINATING_DETAIL, Outcome, Result, Stopped, fence_hint,
                       leftover_hint)
@@ -26,19 +28,21 @@ ACQUIRE = Step(f"apply (flux-plunger) spec.suspend=true and finalizer {C.FENCE}"
                "suspended and fenced")
 HANDSHAKE = Step("wait for helm-controller to observe the suspension", "")
 RECORD = Step(f"annotate {C.PROCESSED_ANNOTATION}={{revision}}", "recorded revision {revision}")
-DELETE = Step("delete Secret {namespace}/{name} (uid {uid}, resourceVersion {rv}, Helm status "
-              "{status})", "deleted {namespace}/{name}")
+DELETE = Step("delete Secret {namespace}/{name}{where} (uid {uid}, resourceVersion {rv}, Helm "
+              "status {status})", "deleted {namespace}/{name}{where}")
 RELINQUISH = Step("apply (flux-plunger) without spec.suspend and without the fence",
                   "lifted the suspension")
 RECOVERY_STEPS = (ACQUIRE, HANDSHAKE, RECORD, DELETE, RELINQUISH)
 
 
-def step_args(choice: storage.Choice) -> dict[str, object]:
-    """What the step texts name for the chosen revision."""
+def step_args(choice: storage.Choice, where: str = "") -> dict[str, object]:
+    """What the step texts name for the chosen revision (``where``: `` in cluster <server>``
+    for storage in the remote cluster of spec.kubeConfig)."""
     rev = choice.revision
     assert rev is not None
     return {"revision": rev.number, "namespace": rev.namespace, "name": rev.name,
-            "uid": rev.uid, "rv": rev.resource_version, "status": choice.helm_status}
+            "uid": rev.uid, "rv": rev.resource_version, "status": choice.helm_status,
+            "where": where}
 
 
 class Saga(Handshake):
@@ -47,6 +51,13 @@ class Saga(Handshake):
         the already-processed guard; None (with ``out`` saying why) when there is none."""
         try:
             secrets = self.list_storage(hr)
+        except Unsupported as exc:
+            out.result, out.detail = Result.SKIPPED, str(exc)
+            return None
+        except RemoteError as exc:
+            out.result, out.failed = Result.FAILED, True
+            out.detail = f"cannot use the remote cluster: {exc}"
+            return None
         except KubeError as exc:
             out.result, out.failed = Result.FAILED, True
             out.detail = (f"cannot list Helm storage in namespace "
@@ -96,7 +107,7 @@ class Saga(Handshake):
                 return
             deleted = self._delete_judged(current, choice, out)
             if deleted is not None:
-                self._recorded_event(current, deleted)
+                self._recorded_event(current, deleted, out.backup)
         except KubeError as exc:
             out.result, out.failed = Result.FAILED, True
             out.detail = f"recovery interrupted: {exc}"
@@ -150,9 +161,14 @@ class Saga(Handshake):
         rev = choice.revision
         assert rev is not None
         release = storage.release_name(current)
+        where = self.storage_where(current)
         for again in (False, True):
             try:
-                self.delete_revision(current, rev)
+                out.backup = self.delete_revision(current, rev)
+            except BackupError as exc:
+                out.result, out.failed = Result.FAILED, True
+                out.detail = f"{exc}; nothing deleted"
+                return None
             except KubeError as exc:
                 if not (exc.conflict or exc.not_found):
                     raise
@@ -167,19 +183,24 @@ class Saga(Handshake):
                               f"and was not deleted: {redo.reason}")
                 return None
             break
-        out.steps.append(DELETE.done.format(**step_args(choice)))
+        if out.backup:
+            out.steps.append(f"saved to {out.backup}")
+        out.steps.append(DELETE.done.format(**step_args(choice, where)))
         out.result = Result.RECOVERED
         out.detail = (f"deleted revision {rev.number} ({choice.helm_status}) of release "
-                      f"{release}; helm-controller will reconcile it again")
+                      f"{release}{where}" + (f" (backup: {out.backup})" if out.backup else "")
+                      + "; helm-controller will reconcile it again")
         return rev
 
-    def _recorded_event(self, hr: dict, rev: storage.Revision) -> None:
-        """A Normal ``Recovered`` Event naming the revision and Secret deleted."""
+    def _recorded_event(self, hr: dict, rev: storage.Revision, backup: str = "") -> None:
+        """A Normal ``Recovered`` Event naming the revision and Secret deleted (its cluster
+        when remote) and where it was saved."""
         if self.kube.dry_run:
             return
         self.recorder.record(hr, plan.RECOVERED.reason, plan.RECOVERED.type,
                              f"{plan.RECOVERED.message}: revision {rev.number}, Secret "
-                             f"{rev.namespace}/{rev.name}")
+                             f"{rev.namespace}/{rev.name}{self.storage_where(hr)}"
+                             + (f"; backup: {backup}" if backup else ""))
 
     def _final_relinquish(self, current: dict | None, out: Outcome) -> None:
         """The one relinquish of every exit after the acquire.  When someone else took

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from .. import constants as C
+from ..backup import Backup
 from ..events import Recorder
 from ..executor import Executor, Options
 from ..kube import Kube, KubeError
@@ -59,6 +60,7 @@ class ServeConfig:
     probe_addr: tuple[str, int] | None = ("", 8081)
     backoff_base: float = 1.0
     backoff_cap: float = 300.0
+    backup: Backup | None = None      # --backup-secret-namespace
 
 
 class Controller:
@@ -85,7 +87,7 @@ class Controller:
         window = max(0.5, min(5.0, cfg.stop_timeout / 4))
         opts = dict(fence_warn_after=cfg.fence_warn_after, fence_recheck=cfg.fence_recheck,
                     handshake_timeout=cfg.handshake_timeout, handshake_window=window)
-        self.executor = Executor(kube, self.recorder, options=Options(**opts),
+        self.executor = Executor(kube, self.recorder, options=Options(backup=cfg.backup, **opts),
                                  should_stop=self._should_stop)
         self.drain_executor = Executor(kube, self.recorder,
                                        options=Options(allow_recover=False, **opts))

@@ -8,6 +8,7 @@ from .. import constants as C
 from .. import controller_lease, detect, ownership, plan, storage
 from ..controller_lease import ControllerLease
 from ..kube import Kube, KubeError
+from ..remote import RemoteError, Remotes, storage_cluster
 from .select import Selection, fetch
 
 
@@ -27,6 +28,7 @@ class Row:
     storage_namespace: str
     note: str
     stuck: bool = False        # the Ready condition says "has no deployed releases"
+    cluster: str = "local"     # where the Helm storage is: local, or the spec.kubeConfig server
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -72,7 +74,6 @@ STATE_OF_ROW: dict[plan.Row, str] = {
     R.LIVE_SUSPENDED_FOREIGN: "suspended-by-other",
     R.LIVE_SUSPENDED_OWNED: "recovering",
     R.LIVE_FENCED: "fenced",
-    R.REMOTE_KUBECONFIG: "remote-skipped",
     R.LIVE_STUCK: "stuck",
     R.HEALTHY: "healthy",
 }
@@ -135,23 +136,31 @@ def run(kube: Kube, sel: Selection, now: dt.datetime | None = None, *,
                              for hr in releases):
         lease = controller(kube, lease_namespace)
     rows = []
-    for hr in releases:
-        state = state_of(hr, now, lease)
-        if not sel.names and not interesting(hr, state):
-            continue
-        rows.append(_row(kube, hr, state, now))
+    remotes = Remotes(kube)    # a dead remote costs one bounded wait per run, not per release
+    try:
+        for hr in releases:
+            state = state_of(hr, now, lease)
+            if not sel.names and not interesting(hr, state):
+                continue
+            rows.append(_row(remotes, hr, state, now))
+    finally:
+        remotes.close()
     return rows, errors
 
 
-def _row(kube: Kube, hr: dict, state: str, now: dt.datetime) -> Row:
+def _row(remotes: Remotes, hr: dict, state: str, now: dt.datetime) -> Row:
     md = hr["metadata"]
     release, ns = storage.release_name(hr), storage.storage_namespace(hr)
-    revision, helm_status, note = None, "-", ""
-    if detect.has_remote_kubeconfig(hr):
-        helm_status, note = "<remote>", "storage is in the cluster of spec.kubeConfig; skipped"
-    else:
+    revision, helm_status, note, cluster = None, "-", "", "local"
+    try:
+        store: Kube | None = remotes.storage_kube(hr)
+    except RemoteError as exc:
+        store, cluster = None, "<remote>"
+        helm_status, note = "<unreadable>", str(exc)
+    if store is not None:
+        cluster = storage_cluster(store)
         try:
-            secrets = kube.list_secrets(ns, storage.label_selector(release))
+            secrets = store.list_secrets(ns, storage.label_selector(release))
             verdict = plan.storage_verdict(hr, secrets)
             choice = verdict.choice
             if choice.revision is not None:
@@ -167,4 +176,4 @@ def _row(kube: Kube, hr: dict, state: str, now: dt.datetime) -> Row:
                suspend=detect.is_suspended(hr), suspend_owner=_owners(hr), revision=revision,
                helm_status=helm_status, processed=processed, fenced=detect.is_fenced(hr),
                age=_age(detect.age_seconds(hr, now)), release=release, storage_namespace=ns,
-               note=note, stuck=detect.is_stuck(hr))
+               note=note, stuck=detect.is_stuck(hr), cluster=cluster)

@@ -263,11 +263,16 @@ def test_release_name_and_storage_namespace_variants(executor, cluster, ns, hc, 
     assert cluster.secret_names(store or ns, release) == [f"sh.helm.release.v1.{release}.v1"]
 
 
-def test_a_remote_kubeconfig_release_is_skipped(executor, cluster, ns, hc):
+def test_a_remote_release_whose_kubeconfig_secret_is_missing_fails_before_acquiring(
+        executor, cluster, ns, hc):
+    """Its storage is in the cluster of spec.kubeConfig (tests/apiserver/test_remote.py); with
+    no kubeconfig Secret nothing is touched, locally or anywhere."""
     stuck_release(cluster, ns, spec={"kubeConfig": {"secretRef": {"name": "remote"}}})
     out = executor.reconcile(ns, "demo")
-    assert out.result == "skipped" and out.row == "remote-kubeconfig"
+    assert out.result == "failed" and out.row == "live-stuck", out
+    assert f"kubeconfig Secret {ns}/remote not found" in out.detail
     assert len(cluster.secret_names(ns, "demo")) == 2
+    assert cluster.get(ns, "demo")["spec"].get("suspend") is None
 
 
 # -- cost -----------------------------------------------------------------------------------

@@ -61,7 +61,8 @@ def test_helper_is_executable():
 
 def test_kubectl_completes_the_verbs(path_dir):
     cands, directive = kubectl_complete(path_dir, "")
-    assert cands == ["recover", "release-fence", "resume-owned", "serve", "status", "version"]
+    assert cands == ["recover", "release-fence", "restore", "resume-owned", "serve", "status",
+                     "version"]
     assert directive == ":4"
     assert kubectl_complete(path_dir, "st") == (["status"], ":4")
     assert kubectl_complete(path_dir, "rel") == (["release-fence"], ":4")

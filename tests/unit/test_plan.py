@@ -80,7 +80,7 @@ ROWS = [
         Action.REMOVE_FENCE, "live-fenced", None, None, id="live-fenced"),
     pytest.param(
         hr(conditions=STUCK, spec_extra=REMOTE),
-        Action.NOTHING, "remote-kubeconfig", None, None, id="remote-kubeconfig"),
+        Action.RECOVER, "live-stuck", None, None, id="remote-stuck"),
     pytest.param(
         hr(suspend=False, conditions=STUCK),
         Action.RECOVER, "live-stuck", None, None, id="live-stuck"),

@@ -23,6 +23,9 @@ ROWS = [
         False, "2d", "team-b-paused", "helm", "newest revision 1 is deployed"),
     Row("apps", "going", "delete-held", False, "-", None, "-", "4", True, "90s", "going", "apps",
         "no Helm storage Secrets"),
+    Row("tenants", "t1-app", "stuck", False, "-", 3, "uninstalling", "-", False, "1m", "app",
+        "apps", "newest revision 3 has status uninstalling and no revision is deployed",
+        cluster="https://t1.example:6443"),
 ]
 
 

@@ -1,0 +1,109 @@
+"""``restore FILE|SECRET``: put back a Helm storage revision saved by ``recover --backup-dir``
+or by serve's backup Secret.
+
+Guarded: the Secret is created, never overwritten (a create fails on an existing name); only
+while the revision is absent; and only while the HelmRelease it belongs to is suspended by its
+caller (any manager but flux-plunger), so helm-controller is not acting on it — unless
+``force``.  The revision goes back to the cluster it was taken from (the remote cluster of
+``spec.kubeConfig`` for such releases)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .. import detect, ownership
+from ..backup import BackupError, original, provenance, revision_of
+from ..kube import JSON, Kube, KubeError, core_path
+from ..remote import RemoteError, Remotes, storage_cluster
+
+
+@dataclass
+class RestoreResult:
+    action: str          # created, would-create, refused
+    detail: str
+    namespace: str = ""
+    name: str = ""
+    revision: int = 0
+    cluster: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.action != "refused"
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def line(self) -> str:
+        return self.detail
+
+
+def run(kube: Kube, doc: dict[str, Any], source: str, *, force: bool = False,
+        dry_run: str = "none") -> RestoreResult:
+    """Restore the backup document ``doc`` (read from ``source``); never raises KubeError
+    for an expected refusal, which comes back as ``action == "refused"``."""
+    secret = original(doc)
+    hr_ns, hr_name, cluster = provenance(doc)
+    md = secret["metadata"]
+    ns, name, rev = md["namespace"], md["name"], revision_of(secret)
+    ref = f"Secret {ns}/{name}"
+    where = "" if cluster == "local" else f" in cluster {cluster}"
+    result = RestoreResult("refused", "", ns, name, rev, cluster)
+    hr_ref = f"{hr_ns}/{hr_name}"
+
+    def refuse(why: str) -> RestoreResult:
+        result.detail = f"not restored {ref} (revision {rev}){where}: {why}"
+        return result
+
+    hr = kube.get_hr(hr_ns, hr_name)
+    if hr is None:
+        if not force:
+            return refuse(f"HelmRelease {hr_ref} does not exist; pass --force to "
+                          "restore the revision anyway")
+        if cluster != "local":
+            return refuse(f"HelmRelease {hr_ref} does not exist, so its remote "
+                          "cluster cannot be reached")
+    elif not force:
+        if not detect.is_suspended(hr):
+            return refuse(f"HelmRelease {hr_ref} is not suspended; suspend it "
+                          "first (flux suspend helmrelease) or pass --force")
+        if ownership.owns_suspend(hr):
+            return refuse(f"HelmRelease {hr_ref} is suspended by flux-plunger "
+                          "(a recovery is in flight); suspend it yourself or pass --force")
+    remotes = Remotes(kube)
+    try:
+        store = remotes.storage_kube(hr) if hr is not None else kube
+        now = storage_cluster(store)
+        if now != cluster:
+            return refuse(f"the backup comes from cluster {cluster}, but the HelmRelease's "
+                          f"storage is now in cluster {now}")
+        try:
+            store.request("GET", "GET", core_path("secrets", ns, name))
+            return refuse("it already exists; restore never overwrites")
+        except KubeError as exc:
+            if not exc.object_missing:
+                raise
+        result.cluster = now
+        if dry_run == "client":
+            result.action = "would-create"
+            result.detail = f"would create {ref} (revision {rev}){where} from {source}"
+            return result
+        query = {"dryRun": "All"} if dry_run == "server" else None
+        try:
+            store.request("CREATE", "POST", core_path("secrets", ns), body=secret,
+                          content_type=JSON, query=query)
+        except KubeError as exc:
+            if exc.conflict:
+                return refuse("it already exists; restore never overwrites")
+            raise
+        result.action = "created"
+        result.detail = (f"created {ref} (revision {rev} of release "
+                         f"{(md.get('labels') or {}).get('name', '?')}){where} from {source}"
+                         + (" (server dry run)" if dry_run == "server" else ""))
+        return result
+    except RemoteError as exc:
+        return refuse(str(exc))
+    finally:
+        remotes.close()
+
+
+__all__ = ["BackupError", "RestoreResult", "run"]
