@@ -44,6 +44,9 @@ def test_recover_backs_up_the_exact_secret_before_deleting_it(cluster, ns, hc, c
     assert "uid" not in doc["metadata"] and "resourceVersion" not in doc["metadata"]
     assert backup.provenance(doc) == (ns, "demo", "local")
     assert cluster.secret_names(ns, "demo") == ["sh.helm.release.v1.demo.v1"]
+    [event] = [e for e in cluster.events(ns, "demo") if e["reason"] == "Recovered"]
+    assert event["message"].endswith(f"Secret {ns}/sh.helm.release.v1.demo.v2; backup: file "
+                                     f"{files[0]}"), event["message"]
 
 
 def test_a_failed_backup_write_deletes_nothing(cluster, ns, hc, cli, tmp_path):

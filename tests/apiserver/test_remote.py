@@ -68,6 +68,9 @@ def test_recover_deletes_the_remote_revision_and_leaves_local_storage(
     hr = cluster.get(ns, "demo")
     assert hr["spec"].get("suspend") is None and C.FENCE not in hr["metadata"]["finalizers"]
     assert hr["metadata"]["annotations"][C.PROCESSED_ANNOTATION] == "2"
+    [event] = [e for e in cluster.events(ns, "demo") if e["reason"] == "Recovered"]
+    assert event["message"].endswith(
+        f"Secret {ns}/sh.helm.release.v1.demo.v2 in cluster {remote_plane.server}"), event
 
 
 def test_status_wide_shows_the_remote_storage_and_its_cluster(
