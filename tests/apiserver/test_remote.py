@@ -240,3 +240,27 @@ def test_a_remote_revision_is_backed_up_and_restored_into_the_remote_cluster(
                                f"release demo) in cluster {remote_plane.server} from {path}"), res
     assert len(remote.secret_names(ns, "demo")) == 2
     assert len(cluster.secret_names(ns, "demo")) == 2          # the local decoy, unchanged
+
+
+def test_server_dry_run_reaches_the_remote_and_deletes_nothing(
+        remote_plane, cluster, remote, ns, hc, cli):
+    remote_release(cluster, remote, ns, remote_plane.self_contained_kubeconfig())
+    mark = remote_plane.audit_mark()
+    res = cli("recover", "-n", ns, "--dry-run=server")
+    assert res.code == 0 and "(dry run)" in res.out + res.err, res
+    eventually(lambda: [e["verb"] for e in remote_plane.audit_events(
+        mark, user_agent="kubectl-flux-plunger/")] == ["list", "delete"], 10,
+        "the remote LIST and the dry-run DELETE in the audit log")
+    assert_untouched(cluster, remote, ns)
+
+
+def test_status_names_an_unusable_kubeconfig_and_still_lists_the_rest(cluster, ns, cli):
+    cluster.create_hr(ns, "gone-kc", spec={"kubeConfig": {"secretRef": {"name": "nope"}}})
+    cluster.make_stuck(ns, "gone-kc")
+    stuck_release(cluster, ns, "local")
+    res = cli("status", "-n", ns, "-o", "wide")
+    assert res.code == 0, res
+    rows = {line.split()[0]: line for line in res.out.splitlines()[1:]}
+    assert "<unreadable>" in rows["gone-kc"] and "<remote>" in rows["gone-kc"], res
+    assert f"kubeconfig Secret {ns}/nope not found" in rows["gone-kc"], res
+    assert "uninstalling" in rows["local"] and " local " in rows["local"], res
