@@ -116,14 +116,15 @@ UNINSTALL_FENCE_HELD = EventSpec(
 UNSUSPEND_FAILED = EventSpec(
     "UnsuspendFailed",
     WARNING,
-    "Could not lift a suspension flux-plunger set; retrying. While the release stays "
-    "suspended, deleting it skips the Helm uninstall and orphans its resources",
+    "Could not lift a suspension flux-plunger set; a running flux-plunger controller retries, "
+    "and `kubectl flux-plunger resume-owned` lifts it. While the release stays suspended, "
+    "deleting it skips the Helm uninstall and orphans its resources",
 )
 RECOVERY_DEFERRED = EventSpec(
     "RecoveryDeferred",
     NORMAL,
     "Recovery deferred: another manager took spec.suspend or the release began terminating "
-    "between read and write; retrying on the next pass",
+    "between read and write; the controller's next pass (or the next recover) decides again",
 )
 
 RECOVERED = EventSpec(

@@ -240,11 +240,12 @@ def _run_table(verb_name, kubeconfig, kube_context, request_timeout, namespace, 
 
     s = Session(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
                 selector, names, dry_run)
+    if dry_run != "client":
+        # before the reads that decide: the named read stays right before its acquire
+        _controller_check(s.kube, lease_namespace, force)
     releases, missing = fetch(s.kube, s.selection)
     for m in missing:
         click.echo(f"Error from server (NotFound): {m}", err=True)
-    if releases and dry_run != "client":
-        _controller_check(s.kube, lease_namespace, force)
     from ..backup import DirectoryBackup
     opts = Options(dry_run_client=(dry_run == "client"), allow_recover=(only_rows is None),
                    handshake_timeout=handshake_timeout,

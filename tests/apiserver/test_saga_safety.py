@@ -218,3 +218,14 @@ def test_a_failed_json_patch_test_is_told_from_an_admission_denial(cluster, ns):
         assert exc.status == 422 and exc.failed_test_op, repr(exc.body)
     else:
         raise AssertionError("a patch testing a stale resourceVersion was applied")
+
+
+def test_a_recovery_leaves_a_recovered_event_naming_the_revision_and_secret(executor, cluster,
+                                                                           ns, hc):
+    stuck_release(cluster, ns)
+    assert executor.reconcile(ns, "demo").result == "recovered"
+    (event,) = [e for e in cluster.events(ns, "demo") if e["reason"] == "Recovered"]
+    assert event["type"] == "Normal" and event["source"]["component"] == C.EVENT_COMPONENT
+    assert event["message"].endswith(
+        f"revision 2, Secret {ns}/sh.helm.release.v1.demo.v2"), event["message"]
+    assert event["involvedObject"]["uid"] == cluster.get(ns, "demo")["metadata"]["uid"]
