@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 from urllib.parse import quote, urlencode
 
 from . import constants as C
@@ -432,14 +432,18 @@ class Kube:
 
     def watch_hrs(self, namespace: str | None, label_selector: str | None,
                   resource_version: str, timeout_seconds: int = 300,
-                  field_selector: str | None = None) -> Iterator[dict]:
+                  field_selector: str | None = None,
+                  opened: Callable[[Any], None] | None = None) -> Iterator[dict]:
         """Stream watch events (dicts with ``type`` and ``object``) with bookmarks.
-        A 410 arrives as an ERROR event or as a KubeError(status=410)."""
+        A 410 arrives as an ERROR event or as a KubeError(status=410).  ``opened`` gets the
+        streaming response once the apiserver answered (another thread may shut it down)."""
         resp = self.request("WATCH", "GET", hr_path(namespace), query={
             "watch": "true", "allowWatchBookmarks": "true", "labelSelector": label_selector,
             "fieldSelector": field_selector,
             "resourceVersion": resource_version, "timeoutSeconds": timeout_seconds},
             stream=True, timeout=timeout_seconds + 30)
+        if opened is not None:
+            opened(resp)
         buf = bytearray()
         try:
             for chunk in resp.stream(65536, decode_content=True):

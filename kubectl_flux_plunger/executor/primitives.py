@@ -36,7 +36,8 @@ class Primitives:
         return fresh
 
     def retry_on_conflict(self, hr: dict | None, attempt: Callable[[dict], R], *, what: str,
-                          timeout: float, transient: bool = False) -> R | None:
+                          timeout: float, transient: bool = False,
+                          reread: Callable[[dict], dict | None] | None = None) -> R | None:
         """The one conflict loop of every write primitive.
 
         ``attempt(current)`` decides on ``current`` and writes (or returns without writing
@@ -45,8 +46,9 @@ class Primitives:
         state, until ``timeout`` seconds have passed — bounded by time, never by a count,
         so a burst of foreign writes cannot make us give up on something still ours.  With
         ``transient`` a 429/5xx/unanswered request is retried the same way (the write is
-        idempotent: it is re-decided on a fresh read).  Returns ``attempt``'s value, or
-        None when the release is gone."""
+        idempotent: it is re-decided on a fresh read).  ``reread`` replaces the GET (e.g.
+        the newer state a watch already carries).  Returns ``attempt``'s value, or None
+        when the release is gone."""
         deadline = time.monotonic() + timeout
         current, delay = hr, 0.0
         while True:
@@ -65,7 +67,7 @@ class Primitives:
             if delay:
                 time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(max(delay * 2, 0.05), 1.0)
-            current = self._fresh(current)
+            current = (reread or self._fresh)(current)
 
     def relinquish(self, hr: dict) -> dict | None:
         """Lift our suspension (fence kept only on a terminating, fenced release).
@@ -97,14 +99,18 @@ class Primitives:
                                       timeout=self.opt.relinquish_timeout if timeout is None
                                       else timeout, transient=True)
 
-    def acquire(self, hr: dict, revision: int) -> dict | None:
+    def acquire(self, hr: dict, revision: int, *, first: dict | None = None,
+                reread: Callable[[dict, bool], dict | None] | None = None) -> dict | None:
         """Suspend + fence in one apply.  Unforced first.  A 409 re-reads and re-decides:
         nothing is acquired once the release is terminating, suspended, no longer needs
         recovery or ``revision`` was processed meanwhile.  A stale resourceVersion (e.g.
         helm-controller wrote status in between) is retried unforced with the fresh one;
         only a field-manager conflict on ``spec.suspend`` at false (a stale owner, e.g. a
-        backup controller's Update) is forced.  Returns the object after the write, or None
-        when not acquired."""
+        backup controller's Update) is forced.  ``first``: a newer state than the read
+        ``hr`` that decided (re-decided the same way before it is written on);
+        ``reread(state, changed)``: where a 409 takes the newer state from (``changed``:
+        the 409 was a stale resourceVersion, so a newer state exists).  Returns the object
+        after the write, or None when not acquired."""
         force = False
 
         def attempt(current: dict) -> dict | None:
@@ -119,8 +125,10 @@ class Primitives:
             except Conflict as exc:
                 force = exc.field_manager_conflict
                 raise
-        return self.retry_on_conflict(hr, attempt, what="suspending the release",
-                                      timeout=self.opt.acquire_timeout)
+        def again(current: dict) -> dict | None:
+            return self._fresh(current) if reread is None else reread(current, not force)
+        return self.retry_on_conflict(first or hr, attempt, what="suspending the release",
+                                      timeout=self.opt.acquire_timeout, reread=again)
 
     def _record(self, hr: dict, revision: int) -> tuple[dict | None, bool]:
         """Write the processed-version annotation (rv-locked).  On 409 re-read: while the

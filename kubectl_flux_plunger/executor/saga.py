@@ -4,13 +4,14 @@ the acquire, and a line that says what is left when that fails."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from .. import constants as C
 from .. import detect, ownership, plan, storage
 from ..backup import BackupError
 from ..kube import KubeError
 from ..remote import RemoteError, Unsupported
-from .handshake import Handshake
+from .handshake import SETTLE_BOUND, Handshake, ReleaseWatch
 from .outcome import (TERMINATING_DETAIL, Outcome, Result, Stopped, fence_hint,
                       leftover_hint)
 
@@ -43,6 +44,10 @@ def step_args(choice: storage.Choice, where: str = "") -> dict[str, object]:
     return {"revision": rev.number, "namespace": rev.namespace, "name": rev.name,
             "uid": rev.uid, "rv": rev.resource_version, "status": choice.helm_status,
             "where": where}
+
+
+# how long a 409 waits for the stream to carry the newer state before a GET
+REREAD_WAIT = 2.0
 
 
 class Saga(Handshake):
@@ -80,8 +85,41 @@ class Saga(Handshake):
         if self.should_stop():
             out.result, out.detail = Result.DEFERRED, "shutting down; recovery not started"
             return
+        # one WATCH from the deciding read: the acquire goes out on the newest state, a
+        # 409 is re-decided on what the stream carries, and the handshake waits on it
+        watch = None if self.kube.dry_run else ReleaseWatch(
+            self.kube, hr, self.opt.handshake_timeout + SETTLE_BOUND + 5)
         try:
-            held = self.acquire(hr, rev.number)
+            self._recover_watched(hr, choice, out, watch)
+        finally:
+            if watch is not None:
+                watch.close()
+
+    def _newer(self, watch: ReleaseWatch | None) -> Callable[[dict, bool], dict | None] | None:
+        """Where the acquire takes the state after a 409: the stream when there is one."""
+        if watch is None:
+            return None
+
+        def reread(current: dict, changed: bool) -> dict | None:
+            newer = watch.newer_than(current, REREAD_WAIT if changed else 0.0)
+            if newer is not None:
+                return newer
+            if watch.latest is None:
+                return None                  # deleted meanwhile
+            return self._fresh(current) if changed else current
+        return reread
+
+    def _recover_watched(self, hr: dict, choice: storage.Choice, out: Outcome,
+                         watch: ReleaseWatch | None) -> None:
+        rev = choice.revision
+        assert rev is not None and rev.number is not None
+        first = watch.settle() if watch is not None else hr
+        if first is None:
+            out.result = Result.DEFERRED
+            out.detail = "the release was deleted before it could be suspended; storage left intact"
+            return
+        try:
+            held = self.acquire(hr, rev.number, first=first, reread=self._newer(watch))
         except KubeError as exc:
             out.result, out.failed = Result.FAILED, True
             out.detail = f"could not suspend the release: {exc}"
@@ -102,7 +140,7 @@ class Saga(Handshake):
         # From here on every exit relinquishes exactly once.
         current: dict | None = held
         try:
-            current = self._holding(held, rev.number, out)
+            current = self._holding(held, rev.number, out, watch)
             if current is None or out.result == Result.DEFERRED:
                 return
             deleted = self._delete_judged(current, choice, out)
@@ -116,13 +154,14 @@ class Saga(Handshake):
         finally:
             self._final_relinquish(current, out)
 
-    def _holding(self, held: dict, revision: int, out: Outcome) -> dict | None:
+    def _holding(self, held: dict, revision: int, out: Outcome,
+                 watch: ReleaseWatch | None = None) -> dict | None:
         """While holding the release: wait for helm-controller's handshake, then record the
         revision rv-locked to the state just judged.  Returns that state, or sets ``out``
         to deferred (and returns the last state seen) when the delete must not happen."""
         # 1. helm-controller must have observed the suspended generation: it is then
         #    not mid-action on this release (a watch from our apply's rv)
-        current = self._await_handshake(held)
+        current = self._await_handshake(held, watch)
         if current is None or detect.is_terminating(current):
             out.result, out.detail = Result.DEFERRED, TERMINATING_DETAIL
             return current

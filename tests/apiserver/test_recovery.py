@@ -123,8 +123,25 @@ def test_no_apply_recreates_a_deleted_release(executor, cluster, ns):
 
 # -- delete during recovery: helm-controller's delete handling simulated, both orders -----
 
+def during_handshake(executor, action):
+    """Run ``action()`` once, right after our acquire's apply answered: while the
+    executor waits for helm-controller to observe the suspension (no request of ours is
+    sent then, so a request hook cannot time it)."""
+    fired = []
+    apply_hr = executor.kube.apply_hr
+
+    def apply_then_act(body, **kwargs):
+        out = apply_hr(body, **kwargs)
+        if not fired and (body.get("spec") or {}).get("suspend") is True:
+            fired.append(1)
+            action()
+        return out
+    executor.kube.apply_hr = apply_then_act
+    return fired
+
+
 def _delete_during_handshake(executor, cluster, ns):
-    return inject(executor, lambda v, p: v == "WATCH", lambda: cluster.delete_hr(ns, "demo"))
+    return during_handshake(executor, lambda: cluster.delete_hr(ns, "demo"))
 
 
 def test_delete_during_recovery_helm_controller_first_still_uninstalls(make_executor, cluster, ns):
@@ -138,7 +155,7 @@ def test_delete_during_recovery_helm_controller_first_still_uninstalls(make_exec
     def delete_then_helm_controller():
         cluster.delete_hr(ns, "demo")
         sim.step()                        # suspended: finalizer dropped, no uninstall
-    fired = inject(ex, lambda v, p: v == "WATCH", delete_then_helm_controller)
+    fired = during_handshake(ex, delete_then_helm_controller)
     out = ex.reconcile(ns, "demo")
     assert fired and out.result == "deferred" and "terminating" in out.detail, out
     assert sim.dropped_without_uninstall == ["demo"]
@@ -320,7 +337,7 @@ def test_a_foreign_resume_observed_during_the_handshake_stops_the_delete(executo
     def resume_and_helm_controller_observes_it():
         gen = cluster.suspend(ns, "demo", False, manager="operator")["metadata"]["generation"]
         cluster.set_status(ns, "demo", {"observedGeneration": gen})
-    fired = inject(executor, lambda v, p: v == "WATCH", resume_and_helm_controller_observes_it)
+    fired = during_handshake(executor, resume_and_helm_controller_observes_it)
     out = executor.reconcile(ns, "demo")
     # depending on which state the watch ended on, the record's rv lock or the ownership
     # check stops it: either way nothing is deleted

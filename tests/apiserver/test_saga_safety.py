@@ -229,3 +229,37 @@ def test_a_recovery_leaves_a_recovered_event_naming_the_revision_and_secret(exec
     assert event["message"].endswith(
         f"revision 2, Secret {ns}/sh.helm.release.v1.demo.v2"), event["message"]
     assert event["involvedObject"]["uid"] == cluster.get(ns, "demo")["metadata"]["uid"]
+
+
+# -- the acquire goes out on the newest state (issue 13 item 1) ------------------------------
+
+def test_a_status_write_after_the_read_does_not_make_the_acquire_conflict(executor, cluster,
+                                                                          ns, hc):
+    """helm-controller writes status between our read and our acquire: the watch opened
+    from the read carries that write, and the unforced acquire goes out on it."""
+    stuck_release(cluster, ns)
+    fired = _on(executor, lambda v, p: v == "WATCH",
+                lambda n: cluster.set_status(ns, "demo", {"lastAttemptedConfigDigest": "x"}))
+    out = executor.reconcile(ns, "demo")
+    assert fired and out.result == "recovered", out
+    counts = executor.kube.stats.snapshot()
+    assert counts["APPLY"] == 2 and counts["GET"] == 1, counts   # no 409, no re-read
+
+
+def test_a_409_is_re_decided_on_the_state_the_watch_carries(executor, cluster, ns, hc):
+    stuck_release(cluster, ns)
+    fired = _on(executor, lambda v, p: v == "APPLY",
+                lambda n: cluster.set_status(ns, "demo", {"lastAttemptedConfigDigest": "y"}))
+    out = executor.reconcile(ns, "demo")
+    assert fired and out.result == "recovered", out
+    counts = executor.kube.stats.snapshot()
+    assert counts["APPLY"] == 3 and counts["GET"] == 1, counts   # 409, acquired, relinquish
+
+
+def test_a_release_deleted_before_the_acquire_is_never_suspended(executor, cluster, ns, hc):
+    stuck_release(cluster, ns)
+    fired = _on(executor, lambda v, p: v == "WATCH", lambda n: cluster.delete_hr(ns, "demo"))
+    out = executor.reconcile(ns, "demo")
+    assert fired and out.result == "deferred" and not out.failed, out
+    assert executor.kube.stats.snapshot().get("APPLY", 0) == 0     # never suspended
+    assert hc.dropped_without_uninstall == []       # helm-controller's uninstall ran
