@@ -63,6 +63,19 @@ def recover(plane: ControlPlane, ns: str, tree: Path) -> tuple[int, str]:
     return proc.returncode, (proc.stdout + proc.stderr).strip().splitlines()[0]
 
 
+def settled_events(plane: ControlPlane, mark: int) -> list[dict]:
+    """The audit events since ``mark`` once their number stopped changing: a WATCH is
+    logged when the apiserver notices its end, which can trail the client's close."""
+    events, stable_since = plane.audit_events(since=mark, user_agent=UA), time.monotonic()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and time.monotonic() - stable_since < 1.0:
+        time.sleep(0.1)
+        again = plane.audit_events(since=mark, user_agent=UA)
+        if len(again) != len(events):
+            events, stable_since = again, time.monotonic()
+    return events
+
+
 def recover_in_process(plane: ControlPlane, ns: str) -> tuple[int, str]:
     """The executor itself, right after the stuck condition was seen (no process start-up
     in between: what serve does when the watch delivers the stuck condition)."""
@@ -105,7 +118,7 @@ def main() -> int:
             mark = plane.audit_mark()
             code, line = (recover_in_process(plane, ns) if args.in_process
                           else recover(plane, ns, args.tree))
-            events = plane.audit_events(since=mark, user_agent=UA)
+            events = settled_events(plane, mark)
             applies = [e for e in events if e["verb"] == "patch"
                        and (e.get("objectRef") or {}).get("resource") == "helmreleases"]
             conflicts = sum((e.get("responseStatus") or {}).get("code") == 409 for e in applies)
