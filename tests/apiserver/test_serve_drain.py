@@ -126,12 +126,13 @@ def test_a_follower_never_drains(cluster, kube, ns, serve):  # noqa: F811
 
 def test_second_signal_exits_at_once(cluster, ns, serve):  # noqa: F811
     quiet = cluster.namespace("quiet")
-    s = serve("-n", quiet, "--leader-election-namespace", quiet, *FAST,
-              "--shutdown-drain-timeout", "60s")
-    eventually(s.leads, 30, "leading")
+    # fenced and deleted before serve starts (a live fenced release would lose its fence)
     cluster.create_hr(quiet, "never")
     hold(cluster, quiet, "never", suspend=False)
     cluster.delete_hr(quiet, "never")          # nobody answers: the drain would take 60s
+    s = serve("-n", quiet, "--leader-election-namespace", quiet, *FAST,
+              "--shutdown-drain-timeout", "60s")
+    eventually(s.leads, 30, "leading")
     eventually(lambda: s.logged(r"waiting: .*never"), 15, "the held delete seen")
     s.signal(signal.SIGTERM)
     eventually(lambda: s.logged("drain: releasing"), 15, "draining")
