@@ -1,0 +1,151 @@
+"""Benchmark: the CPU cost of starting the plugin through kubectl (issue #13, item 4).
+
+    .venv/bin/python bench/startup_bench.py [--runs 40] [--modes pip,krew]
+
+Runs, alternating so a change in machine load hits every variant alike:
+
+  * ``kubectl version --client`` (the reference: a Go binary doing next to nothing),
+  * ``kubectl flux-plunger --help`` and ``kubectl flux-plunger version --client`` through
+    real kubectl plugin dispatch, with the plugin installed
+
+      - ``pip``:  as a non-editable pip install puts it: a console script in a fresh venv
+        whose site-packages holds the package (a ``.pth`` to this tree, no editable finder)
+        and the dependencies (a ``.pth`` to this venv's site-packages);
+      - ``floor``: a plugin that is pip's console-script template importing nothing of
+        ours — what the interpreter alone costs, the bound no Python plugin goes below;
+      - ``krew``: as the krew archive lays it out (the launcher ``krew/kubectl-flux_plunger``,
+        the package beside it, ``lib/`` with the dependencies; python runs with ``-I -S``).
+
+Each run's CPU is the child's user+system time from ``wait4`` (kubectl execs the plugin, so
+the plugin's CPU — and any helper process it waits for — is counted in the same child).
+Prints the median CPU and wall time per command and the ratio to ``kubectl version
+--client``.  A benchmark, not a test: it asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KUBECTL = shutil.which("kubectl") or "/usr/bin/kubectl"
+
+
+def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(CPU seconds user+sys, wall seconds) of one run."""
+    t = time.monotonic()
+    pid = os.posix_spawn(argv[0], argv, env,
+                         file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                                       (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
+    _, status, ru = os.wait4(pid, 0)
+    wall = time.monotonic() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {os.waitstatus_to_exitcode(status)}")
+    return ru.ru_utime + ru.ru_stime, wall
+
+
+def make_venv(base: Path) -> Path:
+    """A fresh venv (once per run); returns its python."""
+    venv = base / "pip-venv"
+    if not venv.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    return venv / "bin" / "python"
+
+
+def pip_layout(base: Path) -> Path:
+    """A venv as ``pip install kubectl-flux-plunger`` (non-editable) leaves it; returns the
+    directory to put on PATH."""
+    py = make_venv(base)
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    # the package, then the dependencies (this venv's site-packages: its own .pth files,
+    # e.g. the editable finder, are not processed from a .pth-added directory)
+    Path(site, "flux_plunger_bench.pth").write_text(
+        f"{ROOT}\n{sysconfig.get_paths()['purelib']}\n")
+    bindir = base / "pip-bin"
+    bindir.mkdir()
+    script = bindir / "kubectl-flux_plunger"
+    script.write_text(f"#!{py}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
+                      "from kubectl_flux_plunger.entry import main\n"
+                      "if __name__ == '__main__':\n"
+                      "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
+                      "    sys.exit(main())\n")
+    script.chmod(0o755)
+    return bindir
+
+
+def floor_layout(base: Path) -> Path:
+    """The least any Python plugin can cost: pip's console-script template (``import re,
+    sys``) on the same interpreter and venv, importing nothing of ours."""
+    py = make_venv(base)
+    bindir = base / "floor-bin"
+    bindir.mkdir()
+    script = bindir / "kubectl-flux_plunger"
+    script.write_text(f"#!{py}\nimport re\nimport sys\nsys.exit(0)\n")
+    script.chmod(0o755)
+    return bindir
+
+
+def krew_layout(base: Path) -> Path:
+    """The krew archive's layout (symlinks into this tree and this venv's site-packages)."""
+    store = base / "krew-store"
+    store.mkdir()
+    shutil.copy2(ROOT / "krew" / "kubectl-flux_plunger", store / "kubectl-flux_plunger")
+    (store / "kubectl_flux_plunger").symlink_to(ROOT / "kubectl_flux_plunger")
+    (store / "lib").symlink_to(sysconfig.get_paths()["purelib"])
+    bindir = base / "krew-bin"
+    bindir.mkdir()
+    (bindir / "kubectl-flux_plunger").symlink_to(store / "kubectl-flux_plunger")
+    return bindir
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=40)
+    ap.add_argument("--modes", default="floor,pip,krew")
+    a = ap.parse_args()
+
+    base = Path(tempfile.mkdtemp(prefix="startup-bench-"))
+    try:
+        layouts = {"pip": pip_layout, "krew": krew_layout, "floor": floor_layout}
+        env0 = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        # the python krew's launcher finds first must be this venv's interpreter
+        pydir = str(Path(sys.executable).parent)
+        cases: list[tuple[str, list[str], dict[str, str]]] = [
+            ("kubectl version --client", [KUBECTL, "version", "--client"], env0)]
+        for mode in a.modes.split(","):
+            bindir = layouts[mode](base)
+            env = dict(env0, PATH=f"{bindir}:{pydir}:{env0.get('PATH', '')}")
+            for args in ([["--help"]] if mode == "floor" else [["--help"], ["version", "--client"]]):
+                cases.append((f"[{mode}] kubectl flux-plunger {' '.join(args)}",
+                              [KUBECTL, "flux-plunger", *args], env))
+        for _, argv, env in cases:       # warm the page cache
+            measure(argv, env)
+        cpu: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+        wall: dict[str, list[float]] = {name: [] for name, _, _ in cases}
+        for _ in range(a.runs):
+            for name, argv, env in cases:
+                c, w = measure(argv, env)
+                cpu[name].append(c)
+                wall[name].append(w)
+        ref = statistics.median(cpu[cases[0][0]])
+        print(f"load average before/after: {os.getloadavg()[0]:.2f} (1 min), "
+              f"{a.runs} runs each, {os.cpu_count()} CPUs")
+        for name, _, _ in cases:
+            c, w = statistics.median(cpu[name]), statistics.median(wall[name])
+            print(f"{name:48s} CPU {c * 1000:6.1f} ms  wall {w * 1000:6.1f} ms  "
+                  f"CPU ratio {c / ref:.2f}x")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
