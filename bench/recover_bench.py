@@ -3,12 +3,16 @@
 Prints:
   * API requests per recovery (counted in kubectl_flux_plunger.kube),
   * ``recover -A`` wall time on N HelmReleases with S stuck, at concurrency 1 and the default,
-  * plugin start-up time for ``--help`` and ``version --client``.
+  * with ``--startup``, plugin start-up time for ``--help`` and ``version --client``
+    (bench/startup_bench.py measures its CPU through kubectl).
 
     .venv/bin/python bench/recover_bench.py [--releases 1000] [--stuck 100]
+        [--concurrency 1,default,8,16,32] [--root TREE ...] [--ack-delay 0.02]
 
-A simulated helm-controller acknowledges each suspension (observedGeneration), as the real
-one does; nothing else is simulated.  This is a benchmark, not a test: it asserts nothing.
+A simulated helm-controller acknowledges each suspension (observedGeneration) from a watch,
+as the real one does; nothing else is simulated.  ``--root`` runs ``recover`` from another
+source tree (e.g. ``git archive main | tar -x -C /tmp/before``), so before and after are
+compared on the same control plane and load.  This is a benchmark, not a test: it asserts nothing.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -35,31 +40,62 @@ from testplane.plane import ControlPlane  # noqa: E402
 
 
 class Acknowledger(threading.Thread):
-    """helm-controller's reaction to a suspension: observedGeneration = generation."""
+    """helm-controller's reaction to a suspension, watch-driven as the real one is: each
+    suspended release whose generation is not observed yet gets ``observedGeneration =
+    generation`` ``delay`` seconds after the event (the real controller's reconcile of a
+    suspended release takes tens of milliseconds).  Writes go through a small pool, as the
+    real controller runs several workers."""
 
-    def __init__(self, cluster: Cluster):
+    def __init__(self, cluster: Cluster, delay: float = 0.02, workers: int = 4):
         super().__init__(daemon=True)
         self.cluster = cluster
+        self.delay = delay
         self.stop = threading.Event()
+        self.pool = ThreadPoolExecutor(workers)
+        self.acked = 0
+
+    def _ack(self, ns: str, name: str, gen: int) -> None:
+        if self.delay:
+            time.sleep(self.delay)
+        try:
+            self.cluster.set_status(ns, name, {"observedGeneration": gen})
+            self.acked += 1
+        except KubeError:
+            pass
 
     def run(self):
+        rv = ""
         while not self.stop.is_set():
             try:
-                items = self.cluster.kube.list_hrs(None)
-                for hr in items:
-                    md = hr["metadata"]
-                    if hr["spec"].get("suspend") and \
-                            hr.get("status", {}).get("observedGeneration") != md["generation"]:
-                        self.cluster.set_status(md["namespace"], md["name"],
-                                                {"observedGeneration": md["generation"]})
+                if not rv:
+                    items = self.cluster.kube.request("LIST", "GET", "/apis/helm.toolkit.fluxcd.io/v2/helmreleases",
+                                                      query={"limit": 1})
+                    rv = items["metadata"]["resourceVersion"]
+                for ev in self.cluster.kube.watch_hrs(None, None, rv, timeout_seconds=30):
+                    obj = ev.get("object") or {}
+                    md = obj.get("metadata") or {}
+                    rv = md.get("resourceVersion") or rv
+                    if ev.get("type") == "ERROR":
+                        rv = ""
+                        break
+                    if ev.get("type") in ("ADDED", "MODIFIED") and (obj.get("spec") or {}).get("suspend") \
+                            and (obj.get("status") or {}).get("observedGeneration") != md.get("generation"):
+                        self.pool.submit(self._ack, md["namespace"], md["name"], md["generation"])
+                    if self.stop.is_set():
+                        return
             except KubeError:
-                pass
-            self.stop.wait(0.05)
+                rv = ""
+                self.stop.wait(0.2)
 
 
 def make_stuck(cluster: Cluster, ns: str, name: str) -> None:
-    cluster.kube.request("CREATE", "POST", f"/api/v1/namespaces/{ns}/secrets", content_type=JSON,
-                         body=storage.make_storage_secret(name, ns, 2, "uninstalling"))
+    try:
+        cluster.kube.request("CREATE", "POST", f"/api/v1/namespaces/{ns}/secrets",
+                             content_type=JSON,
+                             body=storage.make_storage_secret(name, ns, 2, "uninstalling"))
+    except KubeError as exc:
+        if not exc.conflict:     # still there: not recovered since it was made stuck
+            raise
     cluster.merge(ns, name, {"metadata": {"annotations": {C.PROCESSED_ANNOTATION: None}}})
     cluster.make_stuck(ns, name)
 
@@ -81,12 +117,36 @@ def populate(cluster: Cluster, n: int, stuck: int, namespaces: int = 10) -> list
     return names[:stuck]
 
 
-def timed_recover(kubeconfig: Path, *args: str) -> tuple[float, str]:
-    env = dict(os.environ, KUBECONFIG=str(kubeconfig))
+def timed_recover(kubeconfig: Path, root: Path, *args: str) -> tuple[float, str, float]:
+    """(wall seconds, summary line, seconds until the first result line) of one
+    ``recover -A`` run by the tree at ``root``."""
+    env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONPATH=str(root))
     t = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "kubectl_flux_plunger", "recover", "-A", *args],
-                          capture_output=True, text=True, env=env)
-    return time.monotonic() - t, (proc.stdout.strip().splitlines() or ["?"])[-1]
+    proc = subprocess.Popen([sys.executable, "-m", "kubectl_flux_plunger", "recover", "-A", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            cwd=str(root))
+    first = float("nan")
+    lines = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if not lines:
+            first = time.monotonic() - t
+        lines.append(line.rstrip("\n"))
+    proc.wait()
+    secs = time.monotonic() - t
+    return secs, (lines or ["?"])[-1], first
+
+
+def apiserver_requests(plane: ControlPlane) -> int:
+    """apiserver_request_total summed over every verb and resource (all clients)."""
+    req = urllib.request.Request(f"{plane.server}/metrics")
+    with urllib.request.urlopen(req, context=plane.ssl_context(), timeout=10) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("apiserver_request_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
 
 
 def startup(args: list[str], runs: int = 10) -> float:
@@ -103,15 +163,25 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--releases", type=int, default=1000)
     ap.add_argument("--stuck", type=int, default=100)
+    ap.add_argument("--concurrency", default="1,default,8,16,32",
+                    help="comma-separated --concurrency values to run ('default': the flag left out)")
+    ap.add_argument("--root", type=Path, action="append", default=None,
+                    help="source tree(s) to run recover from (repeat to compare before/after "
+                         "within one run); default: this tree")
+    ap.add_argument("--ack-delay", type=float, default=0.02,
+                    help="seconds the simulated helm-controller takes to observe a suspension")
+    ap.add_argument("--startup", action="store_true", help="also time --help/version --client")
     a = ap.parse_args()
+    roots = a.root or [ROOT]
 
-    print(f"startup: --help median {startup(['--help']) * 1000:.0f} ms, "
-          f"version --client median {startup(['version', '--client']) * 1000:.0f} ms")
+    if a.startup:
+        print(f"startup: --help median {startup(['--help']) * 1000:.0f} ms, "
+              f"version --client median {startup(['version', '--client']) * 1000:.0f} ms")
     plane = ControlPlane().start()
-    print(f"control plane start: {plane.start_seconds:.1f} s")
+    print(f"control plane start: {plane.start_seconds:.1f} s; load average {os.getloadavg()[0]:.2f}")
     kube = plane.kube()
     cluster = Cluster(kube)
-    ack = Acknowledger(cluster)
+    ack = Acknowledger(cluster, delay=a.ack_delay)
     ack.start()
     try:
         # requests per recovery, one release, in-process
@@ -126,18 +196,25 @@ def main() -> int:
         t = time.monotonic()
         stuck = populate(cluster, a.releases, a.stuck)
         print(f"created {a.releases} HelmReleases ({a.stuck} stuck) in {time.monotonic() - t:.1f} s")
-        secs, summary = timed_recover(plane.kubeconfig, "--concurrency", "1")
-        print(f"recover -A --concurrency 1: {secs:.1f} s  [{summary}]")
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda p: make_stuck(cluster, *p), stuck))
-        secs, summary = timed_recover(plane.kubeconfig)
-        print(f"recover -A (default concurrency 4): {secs:.1f} s  [{summary}]")
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(lambda p: make_stuck(cluster, *p), stuck))
-        secs, summary = timed_recover(plane.kubeconfig, "--concurrency", "16")
-        print(f"recover -A --concurrency 16: {secs:.1f} s  [{summary}]")
-        secs, summary = timed_recover(plane.kubeconfig)
-        print(f"recover -A with nothing stuck: {secs:.1f} s  [{summary}]")
+        base: dict[Path, float] = {}
+        for c in a.concurrency.split(","):
+            for root in roots:
+                with ThreadPoolExecutor(8) as pool:
+                    list(pool.map(lambda p: make_stuck(cluster, *p), stuck))
+                args = [] if c == "default" else ["--concurrency", c]
+                before = apiserver_requests(plane)
+                secs, summary, first = timed_recover(plane.kubeconfig, root, *args)
+                sent = apiserver_requests(plane) - before
+                base.setdefault(root, secs)
+                label = "default concurrency" if c == "default" else f"--concurrency {c}"
+                print(f"[{root.name}] recover -A {label}: {secs:.1f} s ({base[root] / secs:.1f}x "
+                      f"of the first), first result line after {first:.1f} s, {sent} apiserver "
+                      f"requests ({sent / secs:.0f}/s, simulated helm-controller included)  "
+                      f"[{summary}]", flush=True)
+        for root in roots:
+            secs, summary, _ = timed_recover(plane.kubeconfig, root)
+            print(f"[{root.name}] recover -A with nothing stuck: {secs:.1f} s  [{summary}]")
+        print(f"load average {os.getloadavg()[0]:.2f}")
     finally:
         ack.stop.set()
         kube.close()

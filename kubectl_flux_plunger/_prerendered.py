@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'd734f5ae'
+FINGERPRINT = 'd737bb49'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -322,6 +322,20 @@ class Kube:
         except Exception:
             pass
 
+    def ensure_connections(self, n: int) -> None:
+        """Keep up to ``n`` connections to the apiserver open for reuse (one per thread
+        sending requests at once).  The client's default is 5 per CPU: beyond it, every
+        request over the limit opens a new TLS connection and throws it away afterwards."""
+        if n <= (self._cfg.connection_pool_maxsize or 0):
+            return
+        _, _, rest = _client_modules()
+        self._cfg.connection_pool_maxsize = n
+        old, self._pool = self._pool, rest.RESTClientObject(self._cfg).pool_manager
+        try:
+            old.clear()
+        except Exception:
+            pass
+
     # -- transport -----------------------------------------------------------------
 
     def _headers(self, content_type: str | None) -> dict[str, str]:

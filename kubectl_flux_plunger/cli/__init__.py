@@ -237,6 +237,7 @@ def _run_table(verb_name, kubeconfig, kube_context, request_timeout, namespace, 
     from ..verbs import recover as verb
     from ..verbs.select import fetch
     from . import render
+    from .progress import INTERRUPTED_EXIT, Stream
 
     s = Session(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
                 selector, names, dry_run)
@@ -247,30 +248,47 @@ def _run_table(verb_name, kubeconfig, kube_context, request_timeout, namespace, 
     for m in missing:
         click.echo(f"Error from server (NotFound): {m}", err=True)
     from ..backup import DirectoryBackup
+
+    def show(o):
+        return (o.row not in ("healthy", "terminating-unfenced") or names
+                or o.result not in ("unchanged",))
+
+    def line(o):
+        if output in ("json", "yaml") or not show(o):
+            return None
+        if output == "name":
+            return render.names([o.as_dict()])
+        return render.outcome_line(o, all_namespaces=s.selection.all_namespaces)
+
+    # results stream as each release finishes; Ctrl-C stops (cli/progress.py)
+    stream = Stream(verb=verb_name, total=len(releases), line=line, prog=_prog_name())
+    # a stop is noticed between handshake watch windows: keep them short
     opts = Options(dry_run_client=(dry_run == "client"), allow_recover=(only_rows is None),
-                   handshake_timeout=handshake_timeout,
+                   handshake_timeout=handshake_timeout, handshake_window=1.0,
                    backup=DirectoryBackup(backup_dir) if backup_dir else None)
-    executor = Executor(s.kube, Recorder(s.kube, enabled=(dry_run == "none")), options=opts)
-    outcomes = verb.run(executor, releases, concurrency=concurrency, only_rows=only_rows,
-                        fresh=bool(names))
-    shown = [o for o in outcomes if o.row not in ("healthy", "terminating-unfenced")
-             or names or o.result not in ("unchanged",)]
+    executor = Executor(s.kube, Recorder(s.kube, enabled=(dry_run == "none")), options=opts,
+                        should_stop=stream.stop.is_set)
+    with stream.interruptible():
+        outcomes = verb.run(executor, releases, concurrency=concurrency, only_rows=only_rows,
+                            fresh=bool(names), on_start=stream.started,
+                            on_result=stream.finished, stop=stream.stop)
+    stream.close()
+    shown = [o for o in outcomes if show(o)]
     if output in ("json", "yaml"):
         items = [o.as_dict() for o in shown]
         click.echo(render.as_json(items, "RecoveryOutcome") if output == "json"
                    else render.as_yaml(items, "RecoveryOutcome"))
-    elif output == "name":
-        if shown:
-            click.echo(render.names([o.as_dict() for o in shown]))
-    else:
-        for o in shown:
-            click.echo(render.outcome_line(o, all_namespaces=s.selection.all_namespaces))
     if not releases and not missing and output not in ("json", "yaml"):
         where = "" if s.selection.all_namespaces else f" in {s.selection.namespace} namespace"
         click.echo(f"No resources found{where}.", err=True)
     failed = [o for o in outcomes if o.failed or o.result in ("deferred", "skipped")]
     if output in ("table", "wide"):
         click.echo(_summary(verb_name, outcomes, dry_run), err=not shown)
+    if stream.stop.is_set():
+        not_done = [(o.namespace, o.name) for o in outcomes
+                    if o.result == "deferred" or o.failed]
+        stream.report_left(not_done, verb.still_held(s.kube, stream.interrupted_in_flight()))
+        raise SystemExit(INTERRUPTED_EXIT)
     raise SystemExit(int(Exit.FAILURE if failed or missing else Exit.OK))
 
 

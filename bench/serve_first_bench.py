@@ -1,0 +1,216 @@
+"""Benchmark: ``serve`` start → first recovery with many HelmReleases (issue #13, item 2).
+
+    .venv/bin/python bench/serve_first_bench.py [--releases 10000] [--runs 3]
+        [--plane-dir DIR]     # keep etcd's data there: a second run reuses the releases
+        [--serve-python PY]   # run serve from another interpreter/tree (before/after)
+        [--serve-root DIR]
+
+1. starts kube-apiserver + etcd (testplane).  With ``--plane-dir`` the etcd data directory is
+   kept, so the releases seeded once (the slow part at 50,000) are there on the next run;
+   only missing ones are created (concurrently, each with ~2 KiB of ``spec.values`` so pages
+   weigh like real releases), in namespace ``bulk``;
+2. per run: one stuck release in namespace ``a-first`` (the first page of an all-namespaces
+   LIST, which is ordered by namespace/name) and one in ``zz-last`` (the last page); a
+   simulated helm-controller acknowledges suspensions there;
+3. starts ``serve`` (leader election on, all namespaces) and reports, from the moment the
+   process is started: the first-page release's Secret deleted, the last-page release's
+   Secret deleted, ``/readyz`` answering 200 (the initial LIST done), and serve's RSS
+   (VmRSS) and peak RSS (VmHWM) once the LIST is done and the recoveries are over.
+
+A benchmark, not a test: it asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kubectl_flux_plunger import constants as C  # noqa: E402
+from kubectl_flux_plunger.kube import JSON, Kube, KubeError, hr_path  # noqa: E402
+from testplane.cluster import Cluster, SimulatedHelmController  # noqa: E402
+from testplane.plane import ControlPlane, free_port, wait_for  # noqa: E402
+
+VALUES = {f"key{i:03d}": "x" * 20 for i in range(80)}   # ~2 KiB of chart values
+BULK = "bulk"
+
+
+def rss_kib(pid: int) -> tuple[int, int]:
+    text = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+
+def ensure_namespace(kube: Kube, name: str) -> None:
+    try:
+        kube.request("CREATE", "POST", "/api/v1/namespaces", content_type=JSON,
+                     body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    except KubeError as exc:
+        if not exc.conflict:
+            raise
+
+
+def seed(kube: Kube, n: int, workers: int) -> None:
+    """Create r00000..r{n-1} in ``bulk`` unless present (reused from a kept plane)."""
+    ensure_namespace(kube, BULK)
+    have: set[str] = set()
+    for items, _ in kube.iter_hr_pages(BULK, None, 2000):
+        have.update(hr["metadata"]["name"] for hr in items)
+    missing = [f"r{i:05d}" for i in range(n) if f"r{i:05d}" not in have]
+    if not missing:
+        print(f"{n} HelmReleases already in namespace {BULK} (kept plane)", flush=True)
+        return
+    started = time.monotonic()
+    body_of = (lambda name: {
+        "apiVersion": C.HR_API_VERSION, "kind": C.HR_KIND,
+        "metadata": {"name": name, "namespace": BULK, "labels": {"app": name[-2:]},
+                     "finalizers": [C.HELM_CONTROLLER_FINALIZER]},
+        "spec": {"interval": "5m", "chartRef": {"kind": "ExternalArtifact", "name": name},
+                 "values": VALUES}})
+
+    def create(name: str) -> None:
+        for attempt in range(6):
+            try:
+                kube.request("CREATE", "POST", hr_path(BULK), body=body_of(name),
+                             content_type=JSON)
+                return
+            except KubeError as exc:
+                if exc.conflict:
+                    return
+                time.sleep(0.2 * (attempt + 1))
+        raise RuntimeError(f"could not create {name}")
+
+    done = 0
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in pool.map(create, missing):
+            done += 1
+            if done % 5000 == 0:
+                print(f"  seeded {done}/{len(missing)} ...", flush=True)
+    took = time.monotonic() - started
+    print(f"created {len(missing)} HelmReleases in {took:.1f}s ({len(missing) / took:.0f}/s, "
+          f"{workers} concurrent creates)", flush=True)
+
+
+def prepare_stuck(cluster: Cluster, ns: str, name: str) -> str:
+    """A stuck release with a fresh storage revision; returns the Secret's path."""
+    ensure_namespace(cluster.kube, ns)
+    cluster.delete_hr(ns, name)
+    wait_for(lambda: cluster.get(ns, name) is None or _drop_finalizers(cluster, ns, name),
+             30, f"{ns}/{name} gone")
+    for s in cluster.kube.list_secrets(ns, f"owner=helm,name={name}"):
+        cluster.kube.request("DELETE", "DELETE",
+                             f"/api/v1/namespaces/{ns}/secrets/{s['metadata']['name']}")
+    cluster.create_hr(ns, name)
+    cluster.storage(ns, name, [(1, "superseded"), (2, "uninstalling")])
+    cluster.make_stuck(ns, name)
+    return f"/api/v1/namespaces/{ns}/secrets/sh.helm.release.v1.{name}.v2"
+
+
+def _drop_finalizers(cluster: Cluster, ns: str, name: str) -> bool:
+    cluster.merge(ns, name, {"metadata": {"finalizers": None}})
+    return cluster.get(ns, name) is None
+
+
+def one_run(plane: ControlPlane, cluster: Cluster, python: str, root: Path, log: Path) -> dict[str, float]:
+    first = prepare_stuck(cluster, "a-first", "stuck")
+    last = prepare_stuck(cluster, "zz-last", "stuck")
+    probe, metrics = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    env["PYTHONPATH"] = str(root)
+    found: dict[str, float] = {}
+    with SimulatedHelmController(cluster, "a-first", interval=0.02), \
+            SimulatedHelmController(cluster, "zz-last", interval=0.02), open(log, "wb") as fh:
+        t0 = time.monotonic()
+        proc = subprocess.Popen(
+            [python, "-m", "kubectl_flux_plunger", "serve", "--kubeconfig", str(plane.kubeconfig),
+             "--leader-election-namespace", "a-first",
+             "--metrics-bind-address", f"127.0.0.1:{metrics}",
+             "--health-probe-bind-address", f"127.0.0.1:{probe}"],
+            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(root))
+        try:
+            pending = {"first": first, "last": last}
+            ready_at = None
+            while (pending or ready_at is None) and time.monotonic() - t0 < 300:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+                for what, path in list(pending.items()):
+                    try:
+                        cluster.kube.request("GET", "GET", path)
+                    except KubeError as exc:
+                        if exc.not_found:
+                            found[what] = time.monotonic() - t0
+                            del pending[what]
+                if ready_at is None:
+                    try:
+                        with urllib.request.urlopen(f"http://127.0.0.1:{probe}/readyz",
+                                                    timeout=1) as r:
+                            if r.status == 200:
+                                ready_at = time.monotonic() - t0
+                                found["ready"] = ready_at
+                    except OSError:
+                        pass
+                time.sleep(0.01)
+            time.sleep(1.0)
+            rss, hwm = rss_kib(proc.pid)
+            found["rss"], found["hwm"] = rss / 1024, hwm / 1024
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+    return found
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--releases", type=int, default=10_000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seed-workers", type=int, default=16)
+    ap.add_argument("--plane-dir", type=Path, default=None)
+    ap.add_argument("--serve-python", default=sys.executable)
+    ap.add_argument("--serve-root", type=Path, default=ROOT)
+    a = ap.parse_args()
+
+    workdir = a.plane_dir or Path(tempfile.mkdtemp(prefix="serve-first-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    plane = ControlPlane(workdir).start()
+    print(f"control plane up in {plane.start_seconds:.1f}s ({workdir}); load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
+    kube = plane.kube()
+    cluster = Cluster(kube)
+    try:
+        seed(kube, a.releases, a.seed_workers)
+        results = []
+        for i in range(a.runs):
+            r = one_run(plane, cluster, a.serve_python, a.serve_root, workdir / f"serve-{i}.log")
+            results.append(r)
+            print(f"run {i + 1}: first-page release recovered {r.get('first', float('nan')):.2f}s, "
+                  f"last-page release {r.get('last', float('nan')):.2f}s, ready "
+                  f"{r.get('ready', float('nan')):.2f}s after start; RSS {r['rss']:.1f} MiB "
+                  f"(peak {r['hwm']:.1f} MiB)", flush=True)
+
+        def med(k: str) -> float:
+            return statistics.median(r.get(k, float("nan")) for r in results)
+        print(f"median of {a.runs} with {a.releases} HelmReleases: first recovery "
+              f"{med('first'):.2f}s, last-page recovery {med('last'):.2f}s, ready "
+              f"{med('ready'):.2f}s, RSS {med('rss'):.1f} MiB, peak {med('hwm'):.1f} MiB; "
+              f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    finally:
+        kube.close()
+        plane.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
