@@ -117,9 +117,21 @@ def populate(cluster: Cluster, n: int, stuck: int, namespaces: int = 10) -> list
     return names[:stuck]
 
 
-def timed_recover(kubeconfig: Path, root: Path, *args: str) -> tuple[float, str, float]:
-    """(wall seconds, summary line, seconds until the first result line) of one
-    ``recover -A`` run by the tree at ``root``."""
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user+system) a running process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_idle() -> float:
+    """Seconds all CPUs together have been idle since boot."""
+    parts = Path("/proc/stat").read_text().splitlines()[0].split()
+    return (int(parts[4]) + int(parts[5])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_recover(kubeconfig: Path, root: Path, *args: str) -> tuple[float, str, float, float]:
+    """(wall seconds, summary line, seconds until the first result line, CPU seconds of the
+    recover process) of one ``recover -A`` run by the tree at ``root``."""
     env = dict(os.environ, KUBECONFIG=str(kubeconfig), PYTHONPATH=str(root))
     t = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "kubectl_flux_plunger", "recover", "-A", *args],
@@ -132,9 +144,10 @@ def timed_recover(kubeconfig: Path, root: Path, *args: str) -> tuple[float, str,
         if not lines:
             first = time.monotonic() - t
         lines.append(line.rstrip("\n"))
-    proc.wait()
+    _, _, usage = os.wait4(proc.pid, 0)
+    proc.returncode = 0
     secs = time.monotonic() - t
-    return secs, (lines or ["?"])[-1], first
+    return secs, (lines or ["?"])[-1], first, usage.ru_utime + usage.ru_stime
 
 
 def apiserver_requests(plane: ControlPlane) -> int:
@@ -203,16 +216,21 @@ def main() -> int:
                     list(pool.map(lambda p: make_stuck(cluster, *p), stuck))
                 args = [] if c == "default" else ["--concurrency", c]
                 before = apiserver_requests(plane)
-                secs, summary, first = timed_recover(plane.kubeconfig, root, *args)
+                server0 = proc_cpu(plane.apiserver.proc.pid) + proc_cpu(plane.etcd.proc.pid)
+                idle0 = machine_idle()
+                secs, summary, first, cpu = timed_recover(plane.kubeconfig, root, *args)
+                server = proc_cpu(plane.apiserver.proc.pid) + proc_cpu(plane.etcd.proc.pid) - server0
+                idle = machine_idle() - idle0
                 sent = apiserver_requests(plane) - before
                 base.setdefault(root, secs)
                 label = "default concurrency" if c == "default" else f"--concurrency {c}"
                 print(f"[{root.name}] recover -A {label}: {secs:.1f} s ({base[root] / secs:.1f}x "
                       f"of the first), first result line after {first:.1f} s, {sent} apiserver "
-                      f"requests ({sent / secs:.0f}/s, simulated helm-controller included)  "
-                      f"[{summary}]", flush=True)
+                      f"requests ({sent / secs:.0f}/s, simulated helm-controller included); CPU: "
+                      f"recover {cpu:.1f} s, kube-apiserver+etcd {server:.1f} s, machine idle "
+                      f"{idle / secs / (os.cpu_count() or 1) * 100:.0f}%  [{summary}]", flush=True)
         for root in roots:
-            secs, summary, _ = timed_recover(plane.kubeconfig, root)
+            secs, summary, _, _ = timed_recover(plane.kubeconfig, root)
             print(f"[{root.name}] recover -A with nothing stuck: {secs:.1f} s  [{summary}]")
         print(f"load average {os.getloadavg()[0]:.2f}")
     finally:
