@@ -156,7 +156,17 @@ class DeleteWatch(threading.Thread):
             resp.release_conn()
 
 
+def drop_lease(cluster: Cluster) -> None:
+    """No Lease left by an earlier, killed serve (the next one would wait for it to expire)."""
+    try:
+        cluster.kube.request("DELETE", "DELETE", f"/apis/coordination.k8s.io/v1/namespaces/"
+                                                 f"a-first/leases/{C.LEASE_NAME}")
+    except KubeError:
+        pass
+
+
 def one_run(plane: ControlPlane, cluster: Cluster, python: str, root: Path, log: Path) -> dict[str, float]:
+    drop_lease(cluster)
     first = prepare_stuck(cluster, "a-first", "stuck")
     last = prepare_stuck(cluster, "zz-last", "stuck")
     probe, metrics = free_port(), free_port()
@@ -203,12 +213,7 @@ def one_run(plane: ControlPlane, cluster: Cluster, python: str, root: Path, log:
             # the run; the Lease it leaves is deleted so the next run leads at once
             proc.kill()
             proc.wait(10)
-            try:
-                cluster.kube.request("DELETE", "DELETE",
-                                     f"/apis/coordination.k8s.io/v1/namespaces/a-first/leases/"
-                                     f"{C.LEASE_NAME}")
-            except KubeError:
-                pass
+            drop_lease(cluster)
     return found
 
 

@@ -59,7 +59,13 @@ def make_venv(base: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def pip_layout(base: Path) -> Path:
+def entry_module(root: Path) -> str:
+    """The console scripts' module in the tree at ``root`` (older trees: the click CLI)."""
+    return ("kubectl_flux_plunger.entry" if (root / "kubectl_flux_plunger" / "entry.py").exists()
+            else "kubectl_flux_plunger.cli")
+
+
+def pip_layout(base: Path, root: Path) -> Path:
     """A venv as ``pip install kubectl-flux-plunger`` (non-editable) leaves it; returns the
     directory to put on PATH."""
     py = make_venv(base)
@@ -67,13 +73,18 @@ def pip_layout(base: Path) -> Path:
                           check=True, capture_output=True, text=True).stdout.strip()
     # the package, then the dependencies (this venv's site-packages: its own .pth files,
     # e.g. the editable finder, are not processed from a .pth-added directory)
-    Path(site, "flux_plunger_bench.pth").write_text(
-        f"{ROOT}\n{sysconfig.get_paths()['purelib']}\n")
-    bindir = base / "pip-bin"
+    bindir = base / f"pip-bin-{root.name}"
     bindir.mkdir()
+    pkgdir = base / f"pip-pkg-{root.name}"
+    pkgdir.mkdir()
+    (pkgdir / "kubectl_flux_plunger").symlink_to(root / "kubectl_flux_plunger")
+    with open(Path(site, "flux_plunger_bench.pth"), "a") as fh:
+        fh.write(f"{sysconfig.get_paths()['purelib']}\n")
     script = bindir / "kubectl-flux_plunger"
+    # the package comes first on sys.path, as from site-packages
     script.write_text(f"#!{py}\n# -*- coding: utf-8 -*-\nimport re\nimport sys\n"
-                      "from kubectl_flux_plunger.entry import main\n"
+                      f"sys.path.insert(0, {str(pkgdir)!r})\n"
+                      f"from {entry_module(root)} import main\n"
                       "if __name__ == '__main__':\n"
                       "    sys.argv[0] = re.sub(r'(-script\\.pyw|\\.exe)?$', '', sys.argv[0])\n"
                       "    sys.exit(main())\n")
@@ -81,11 +92,13 @@ def pip_layout(base: Path) -> Path:
     return bindir
 
 
-def floor_layout(base: Path) -> Path:
+def floor_layout(base: Path, root: Path) -> Path:
     """The least any Python plugin can cost: pip's console-script template (``import re,
     sys``) on the same interpreter and venv, importing nothing of ours."""
     py = make_venv(base)
     bindir = base / "floor-bin"
+    if bindir.exists():
+        return bindir
     bindir.mkdir()
     script = bindir / "kubectl-flux_plunger"
     script.write_text(f"#!{py}\nimport re\nimport sys\nsys.exit(0)\n")
@@ -93,14 +106,14 @@ def floor_layout(base: Path) -> Path:
     return bindir
 
 
-def krew_layout(base: Path) -> Path:
-    """The krew archive's layout (symlinks into this tree and this venv's site-packages)."""
-    store = base / "krew-store"
+def krew_layout(base: Path, root: Path) -> Path:
+    """The krew archive's layout (symlinks into the tree and this venv's site-packages)."""
+    store = base / f"krew-store-{root.name}"
     store.mkdir()
-    shutil.copy2(ROOT / "krew" / "kubectl-flux_plunger", store / "kubectl-flux_plunger")
-    (store / "kubectl_flux_plunger").symlink_to(ROOT / "kubectl_flux_plunger")
+    shutil.copy2(root / "krew" / "kubectl-flux_plunger", store / "kubectl-flux_plunger")
+    (store / "kubectl_flux_plunger").symlink_to(root / "kubectl_flux_plunger")
     (store / "lib").symlink_to(sysconfig.get_paths()["purelib"])
-    bindir = base / "krew-bin"
+    bindir = base / f"krew-bin-{root.name}"
     bindir.mkdir()
     (bindir / "kubectl-flux_plunger").symlink_to(store / "kubectl-flux_plunger")
     return bindir
@@ -110,6 +123,9 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--modes", default="floor,pip,krew")
+    ap.add_argument("--root", type=Path, action="append", default=None,
+                    help="source tree(s) to install the plugin from (repeat to compare "
+                         "before/after in one run); default: this tree")
     a = ap.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="startup-bench-"))
@@ -120,12 +136,17 @@ def main() -> int:
         pydir = str(Path(sys.executable).parent)
         cases: list[tuple[str, list[str], dict[str, str]]] = [
             ("kubectl version --client", [KUBECTL, "version", "--client"], env0)]
-        for mode in a.modes.split(","):
-            bindir = layouts[mode](base)
-            env = dict(env0, PATH=f"{bindir}:{pydir}:{env0.get('PATH', '')}")
-            for args in ([["--help"]] if mode == "floor" else [["--help"], ["version", "--client"]]):
-                cases.append((f"[{mode}] kubectl flux-plunger {' '.join(args)}",
-                              [KUBECTL, "flux-plunger", *args], env))
+        for root in a.root or [ROOT]:
+            for mode in a.modes.split(","):
+                if mode == "floor" and root != (a.root or [ROOT])[0]:
+                    continue
+                bindir = layouts[mode](base, root)
+                env = dict(env0, PATH=f"{bindir}:{pydir}:{env0.get('PATH', '')}")
+                tag = mode if mode == "floor" else f"{mode} {root.name}"
+                for args in ([["--help"]] if mode == "floor"
+                             else [["--help"], ["version", "--client"]]):
+                    cases.append((f"[{tag}] kubectl flux-plunger {' '.join(args)}",
+                                  [KUBECTL, "flux-plunger", *args], env))
         for _, argv, env in cases:       # warm the page cache
             measure(argv, env)
         cpu: dict[str, list[float]] = {name: [] for name, _, _ in cases}
@@ -140,7 +161,7 @@ def main() -> int:
               f"{a.runs} runs each, {os.cpu_count()} CPUs")
         for name, _, _ in cases:
             c, w = statistics.median(cpu[name]), statistics.median(wall[name])
-            print(f"{name:48s} CPU {c * 1000:6.1f} ms  wall {w * 1000:6.1f} ms  "
+            print(f"{name:58s} CPU {c * 1000:6.1f} ms  wall {w * 1000:6.1f} ms  "
                   f"CPU ratio {c / ref:.2f}x")
     finally:
         shutil.rmtree(base, ignore_errors=True)

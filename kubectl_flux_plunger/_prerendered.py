@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'd737bb49'
+FINGERPRINT = 'd4453ca0'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

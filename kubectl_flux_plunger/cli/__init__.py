@@ -313,8 +313,9 @@ def _summary(verb_name: str, outcomes, dry_run: str) -> str:
 @selection_options
 @output_option
 @dry_run_option
-@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True,
-              help="Releases handled at once (each release is handled serially).")
+@click.option("--concurrency", type=click.IntRange(1, 64), default=8, show_default=True,
+              help="Releases handled at once (each release is handled serially); also the "
+                   "most API requests in flight at any moment.")
 @click.option("--handshake-timeout", type=DURATION, default="30s", show_default=True,
               help="How long to wait for helm-controller to observe the suspension before deleting.")
 @click.option("--backup-dir", metavar="DIR", type=click.Path(file_okay=False),

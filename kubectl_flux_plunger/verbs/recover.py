@@ -23,10 +23,10 @@ def _one(executor: Executor, hr: dict, only_rows: frozenset[str] | None,
     return executor.settle(hr, only_rows=only_rows, fresh=fresh)
 
 
-# Releases handled at once by default.  Each worker has at most one request in flight, so
-# this also bounds the requests the apiserver serves for us at any moment (docs/BENCHMARKS.md
-# has the request rate it reaches).
-DEFAULT_CONCURRENCY = 16
+# Releases handled at once by default (the CLI's --concurrency default).  Each worker has
+# at most one request in flight, so this also bounds the requests the apiserver serves for us
+# at any moment; docs/BENCHMARKS.md has the request rate that reaches and why 8.
+DEFAULT_CONCURRENCY = 8
 NOT_STARTED = "not started: the run was interrupted"
 
 
