@@ -17,6 +17,8 @@ if ! { .venv/bin/python -m pip install --quiet --upgrade pip &&
   exit 1
 fi
 rm -f "$log"
+# the krew archive's pinned wheels, installed once into krew/build (for build.py --check --offline)
+.venv/bin/python krew/build.py --fetch
 
 if ! command -v go >/dev/null 2>&1 && [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
   echo "error: Go >= 1.26 is needed to build the real kube-apiserver, etcd and helm-controller" \

@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
 """Build the krew archive and fill in the krew manifest.
 
-    python krew/build.py                 # krew/dist/kubectl-flux_plunger-vX.Y.Z.tar.gz + krew/flux-plunger.yaml
-    python krew/build.py --check         # exit 1 if krew/flux-plunger.yaml does not match a fresh build
-    python krew/build.py --out-dir D --manifest D/flux-plunger.yaml   # build elsewhere (tests)
+    python3 krew/build.py                # krew/dist/kubectl-flux_plunger-vX.Y.Z.tar.gz + krew/flux-plunger.yaml
+    python3 krew/build.py --check        # exit 1 if krew/flux-plunger.yaml does not match a fresh build
+    python3 krew/build.py --fetch        # download the pinned wheels, cache the vendored lib/
+    python3 krew/build.py --check --offline   # what CI runs (hack/test.sh): no network, ~4 s
+    python3 krew/build.py --out-dir D --manifest D/flux-plunger.yaml   # build elsewhere (tests)
+
+Every change to the package changes the archive and so the manifest's sha256: refresh the
+committed manifest with ``python3 krew/build.py`` (it rewrites krew/flux-plunger.yaml).
 
 The archive (every entry a regular file or directory; krew refuses anything else):
 
@@ -17,7 +22,9 @@ Vendored libraries come from the hash-pinned wheels in krew/requirements-pure.tx
 (platform-independent wheels only) and krew/requirements-pyyaml.txt (one PyYAML wheel whose
 libyaml binding is deleted), installed with ``pip install --target --no-deps
 --only-binary=:all:`` for python 3.10.  Wheels are cached in krew/build/wheels; with every
-wheel cached the build needs no network.  The build fails if any compiled file (by name or
+wheel cached the build needs no network.  The installed lib/ tree is cached in krew/build too,
+keyed by the requirement files and pip's version, so a build after a change of the package
+alone copies it instead of running pip.  The build fails if any compiled file (by name or
 by ELF/Mach-O/PE magic) would end up in the archive.
 
 Reproducible: entries sorted, mtime = $SOURCE_DATE_EPOCH (default 1980-01-01), uid/gid 0,
@@ -38,6 +45,7 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import TextIO
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -145,7 +153,46 @@ def compiled_files(root: Path) -> list[str]:
     return bad
 
 
-def stage(staging: Path, wheels: Path) -> list[str]:
+def _vendor_key() -> str:
+    """What the vendored lib/ tree is a function of: the pinned wheels, how they are
+    selected and stripped, and the pip that unpacks them."""
+    from importlib import metadata
+
+    h = hashlib.sha256()
+    for req, selection in WHEEL_SETS:
+        h.update(req.encode() + b"\0" + (HERE / req).read_bytes() + b"\0"
+                 + repr(selection).encode())
+    h.update(f"{PYTHON_FLOOR}|{STRIPPABLE.pattern}|pip {metadata.version('pip')}".encode())
+    return h.hexdigest()[:20]
+
+
+def vendor(lib: Path, wheels: Path, cache: Path | None) -> list[str]:
+    """Fill ``lib`` with the vendored libraries; return the compiled files deleted.
+
+    The installed tree is cached under ``cache`` keyed by :func:`_vendor_key`, so a
+    rebuild after a change of the package alone (every commit) is a copy, not two pip
+    runs: ``--check`` stays cheap enough for every CI run."""
+    if cache is None:
+        return install_vendor(lib, wheels)
+    entry = cache / f"lib-{_vendor_key()}"
+    if not (entry / "done").is_file():
+        tmp = Path(tempfile.mkdtemp(prefix=entry.name + ".", dir=cache))
+        try:
+            stripped = install_vendor(tmp / "lib", wheels)
+            (tmp / "stripped").write_text("".join(f"{s}\n" for s in stripped))
+            (tmp / "done").write_text("")
+            try:
+                tmp.rename(entry)
+            except OSError:            # a concurrent build finished first
+                if not (entry / "done").is_file():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(entry / "lib", lib)
+    return (entry / "stripped").read_text().split()
+
+
+def stage(staging: Path, wheels: Path, cache: Path | None = None) -> list[str]:
     for name in (BIN, COMPLETION):
         shutil.copyfile(HERE / name, staging / name)
     shutil.copyfile(ROOT / "LICENSE", staging / "LICENSE")
@@ -156,7 +203,7 @@ def stage(staging: Path, wheels: Path) -> list[str]:
         dest = staging / PACKAGE / path.relative_to(src)
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, dest)
-    stripped = install_vendor(staging / "lib", wheels)
+    stripped = vendor(staging / "lib", wheels, cache)
     bad = compiled_files(staging)
     if bad:
         raise BuildError("compiled files would be shipped: " + ", ".join(bad))
@@ -208,15 +255,20 @@ def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def vendor_cached(cache: Path | None) -> bool:
+    return cache is not None and (cache / f"lib-{_vendor_key()}" / "done").is_file()
+
+
 def build(out_dir: Path, manifest: Path | None, *, wheels: Path, repo: str, offline: bool,
-          log=sys.stderr) -> tuple[Path, str]:
+          cache: Path | None = None, log: TextIO = sys.stderr) -> tuple[Path, str]:
     tag = "v" + version()
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or DEFAULT_EPOCH)
-    fetch_wheels(wheels, offline)
+    if not vendor_cached(cache):
+        fetch_wheels(wheels, offline)
     with tempfile.TemporaryDirectory(prefix="flux-plunger-krew-") as tmp:
         staging = Path(tmp) / "root"
         staging.mkdir()
-        stripped = stage(staging, wheels)
+        stripped = stage(staging, wheels, cache)
         archive = out_dir / archive_name(tag)
         write_tar(staging, archive, epoch)
     digest = sha256_of(archive)
@@ -230,6 +282,30 @@ def build(out_dir: Path, manifest: Path | None, *, wheels: Path, repo: str, offl
     return archive, digest
 
 
+REFRESH = "python3 krew/build.py"
+
+
+def check(manifest: Path, *, wheels: Path, repo: str, offline: bool,
+          cache: Path | None) -> int:
+    """0 when ``manifest`` is what a fresh build of this tree writes, else 1 with a
+    one-line reason and the command that refreshes it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = Path(tmp) / f"{PLUGIN}.yaml"
+        _, digest = build(Path(tmp), fresh, wheels=wheels, repo=repo, offline=offline,
+                          cache=cache, log=io.StringIO())
+        committed = manifest.read_text() if manifest.is_file() else ""
+        if committed != fresh.read_text():
+            shas = sorted(set(re.findall(r"sha256: ([0-9a-f]{64})", committed)))
+            why = (f"its sha256 {', '.join(shas)} is not the archive's {digest}"
+                   if shas and digest not in shas else "it differs from the template filled "
+                   f"for v{version()}" if committed else "it does not exist")
+            print(f"error: {manifest} is stale: {why}; refresh it with: {REFRESH}",
+                  file=sys.stderr)
+            return 1
+    print(f"{manifest} matches a fresh build (sha256 {digest})", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", type=Path, default=HERE / "dist")
@@ -237,6 +313,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="where to write the filled manifest (default: krew/flux-plunger.yaml)")
     ap.add_argument("--wheels", type=Path, default=HERE / "build" / "wheels",
                     help="wheel cache (default: krew/build/wheels)")
+    ap.add_argument("--cache", type=Path, default=HERE / "build",
+                    help="where the installed vendored libraries are cached, keyed by the "
+                         "pinned requirements (default: krew/build)")
+    ap.add_argument("--fetch", action="store_true",
+                    help="only download the pinned wheels and install them into the cache "
+                         "(what hack/setup.sh runs, so --check --offline works later)")
     ap.add_argument("--repo", default=DEFAULT_REPO, help="GitHub owner/name of the release URLs")
     ap.add_argument("--offline", action="store_true", help="use only cached wheels")
     ap.add_argument("--check", action="store_true",
@@ -244,18 +326,18 @@ def main(argv: list[str] | None = None) -> int:
                          "(--manifest) matches it")
     args = ap.parse_args(argv)
     try:
+        if args.fetch:
+            if not vendor_cached(args.cache):
+                fetch_wheels(args.wheels, args.offline)
+                with tempfile.TemporaryDirectory() as tmp:
+                    vendor(Path(tmp) / "lib", args.wheels, args.cache)
+            print(f"vendored libraries cached in {args.cache}", file=sys.stderr)
+            return 0
         if args.check:
-            with tempfile.TemporaryDirectory() as tmp:
-                fresh = Path(tmp) / f"{PLUGIN}.yaml"
-                build(Path(tmp), fresh, wheels=args.wheels, repo=args.repo, offline=args.offline)
-                if not args.manifest.is_file() or args.manifest.read_text() != fresh.read_text():
-                    print(f"error: {args.manifest} is stale; run python krew/build.py",
-                          file=sys.stderr)
-                    return 1
-                print(f"{args.manifest} matches a fresh build", file=sys.stderr)
-                return 0
+            return check(args.manifest, wheels=args.wheels, repo=args.repo,
+                         offline=args.offline, cache=args.cache)
         build(args.out_dir, args.manifest, wheels=args.wheels, repo=args.repo,
-              offline=args.offline)
+              offline=args.offline, cache=args.cache)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

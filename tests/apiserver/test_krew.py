@@ -3,6 +3,8 @@ v0.4.3, built from its Go module) and run through the real kubectl against the t
 apiserver.
 
 * the build is reproducible and writes a manifest whose sha256 is the archive's;
+* the COMMITTED krew/flux-plunger.yaml is that manifest (`build.py --check` says so, and
+  says how to refresh it when it is stale), and every install below uses it;
 * the archive holds only regular files and directories, no compiled code;
 * `validate-krew-manifest` accepts the manifest, structurally and by installing every
   platform (it runs `kubectl krew install --manifest` per platform; a `kubectl` shim adds
@@ -60,6 +62,20 @@ def built(tmp_path_factory):
     return archive, manifest
 
 
+COMMITTED = KREW / "flux-plunger.yaml"
+STALE = ("krew/flux-plunger.yaml is stale (every change to the package changes the archive's "
+         "sha256): refresh it with `python3 krew/build.py` and commit it")
+
+
+@pytest.fixture(scope="module")
+def committed(built) -> Path:
+    """The committed manifest, once it is known to describe the archive just built."""
+    archive, _ = built
+    shas = {p["sha256"] for p in yaml.safe_load(COMMITTED.read_text())["spec"]["platforms"]}
+    assert shas == {sha256(archive)}, STALE
+    return COMMITTED
+
+
 @pytest.fixture(scope="module")
 def krew_bin(tmp_path_factory) -> Path:
     """A directory with the real krew as `kubectl-krew` (kubectl dispatches to it)."""
@@ -90,6 +106,29 @@ def test_build_is_reproducible_and_the_manifest_carries_its_sha256(built, tmp_pa
         assert p["uri"].endswith(f"/releases/download/{TAG}/{ARCHIVE}")
         assert p["bin"] == "kubectl-flux_plunger"
     assert "yaml/_yaml.cpython-310-x86_64-linux-gnu.so" in log  # the one compiled file, removed
+
+
+def check(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(KREW / "build.py"), "--check", "--offline", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_committed_manifest_is_what_this_tree_builds(built):
+    proc = check()
+    assert proc.returncode == 0, f"{STALE}\n{proc.stderr}"
+    assert proc.stderr.startswith(f"{COMMITTED} matches a fresh build (sha256 ")
+
+
+def test_check_fails_on_a_stale_manifest_and_says_how_to_refresh_it(built, tmp_path):
+    archive, manifest = built
+    stale = tmp_path / "flux-plunger.yaml"
+    stale.write_text(manifest.read_text().replace(sha256(archive), "0" * 64))
+    proc = check("--manifest", str(stale))
+    assert proc.returncode == 1
+    assert proc.stderr == (f"error: {stale} is stale: its sha256 {'0' * 64} is not the "
+                           f"archive's {sha256(archive)}; refresh it with: python3 krew/build.py\n")
+    stale.write_text(manifest.read_text())
+    assert check("--manifest", str(stale)).returncode == 0
 
 
 def test_archive_holds_launcher_package_pure_libraries_and_licence(built):
@@ -140,8 +179,9 @@ def test_committed_manifest_passes_validate_krew_manifest():
     assert "no overlapping spec.platform[].selector" in proc.stderr
 
 
-def test_validate_krew_manifest_installs_every_platform(built, krew_bin, tmp_path):
-    archive, manifest = built
+def test_validate_krew_manifest_installs_every_platform(built, committed, krew_bin, tmp_path):
+    archive, _ = built
+    manifest = committed
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "kubectl").write_text(
@@ -174,9 +214,11 @@ def krew_env(krew_root: Path, krew_bin: Path, **extra) -> dict:
 
 
 @pytest.fixture(scope="module")
-def installed(built, krew_bin, tmp_path_factory):
-    """KREW_ROOT with flux-plunger installed by `kubectl krew install --manifest --archive`."""
-    archive, manifest = built
+def installed(built, committed, krew_bin, tmp_path_factory):
+    """KREW_ROOT with flux-plunger installed by `kubectl krew install --manifest --archive`
+    from the committed manifest."""
+    archive, _ = built
+    manifest = committed
     root = tmp_path_factory.mktemp("krew-root")
     proc = subprocess.run([KUBECTL, "krew", "install", f"--manifest={manifest}",
                            f"--archive={archive}"], capture_output=True, text=True,
@@ -231,8 +273,9 @@ def test_installed_plugin_runs_version_and_status_through_kubectl(installed, kre
     assert helped.stdout.startswith("Usage: kubectl flux-plunger ")
 
 
-def test_krew_uninstall_removes_the_plugin(built, krew_bin, tmp_path):
-    archive, manifest = built
+def test_krew_uninstall_removes_the_plugin(built, committed, krew_bin, tmp_path):
+    archive, _ = built
+    manifest = committed
     env = krew_env(tmp_path, krew_bin)
     for argv in ([KUBECTL, "krew", "install", f"--manifest={manifest}", f"--archive={archive}"],
                  [KUBECTL, "krew", "uninstall", "flux-plunger"]):
