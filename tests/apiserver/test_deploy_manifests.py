@@ -45,14 +45,14 @@ SERVE_ARGS = ["serve", "--leader-elect", "--shutdown-drain-timeout=65s",
               "--termination-grace-period=90", "--metrics-bind-address=:8080",
               "--health-probe-bind-address=:8081", "--log-format=json"]
 
-# (apiGroup, resource) -> verbs, exactly (SPEC §9; the reference chart's RBAC)
+# (apiGroup, resource) -> verbs, exactly: what the code sends (the audit log proves it in
+# tests/apiserver/test_rbac_audit.py)
 CONTROLLER_CLUSTER_RULES = {
-    ("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch", "update", "watch"],
-    ("", "secrets"): ["delete", "get", "list"],
-    ("", "events"): ["create", "patch"],
+    ("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch", "watch"],
+    ("", "secrets"): ["delete", "list"],
+    ("", "events"): ["create", "get", "patch"],
 }
-LEASE_RULES = {("coordination.k8s.io", "leases"):
-               ["create", "get", "list", "patch", "update", "watch"]}
+LEASE_RULES = {("coordination.k8s.io", "leases"): ["create", "get", "update"]}
 HOOK_CLUSTER_RULES = {("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch"]}
 HOOK_ROLE_RULES = {("apps", "deployments"): ["get"], ("apps", "deployments/scale"): ["patch"],
                    ("", "pods"): ["get", "list", "watch"]}
@@ -285,6 +285,24 @@ def test_shipped_rbac_is_exactly_the_least_privilege_set(helm):
     assert roles == sorted([("ClusterRole", "flux-plunger"), ("Role", "flux-plunger-leader-election")] * 2
                            + [("ClusterRole", "flux-plunger-uninstall-cleanup"),
                               ("Role", "flux-plunger-uninstall-cleanup")])
+
+
+def test_watch_namespace_grants_a_role_in_that_namespace_only(helm):
+    docs = render_chart(helm, "flux-plunger", '{"watchNamespace": "team-a"}')
+    role = find(docs, "Role", "flux-plunger")
+    assert role["metadata"]["namespace"] == "team-a"
+    assert verbs_by_resource(role) == CONTROLLER_CLUSTER_RULES
+    binding = find(docs, "RoleBinding", "flux-plunger")
+    assert binding["metadata"]["namespace"] == "team-a"
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": "flux-plunger"}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "flux-plunger",
+                                    "namespace": "flux-plunger"}]
+    controller = [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")
+                  and not is_hook(d)]
+    assert controller == []
+    args = find(docs, "Deployment", "flux-plunger")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-a" in args
 
 
 # -- the shipped RBAC, exercised ------------------------------------------------------
