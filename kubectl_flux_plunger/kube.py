@@ -10,6 +10,7 @@ The ``kubernetes`` package is imported lazily: ``--help`` must not pay for it.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -259,23 +260,93 @@ def _client_modules():
     return configuration, config, rest
 
 
-def _load_client_configuration(kubeconfig: str | None, context: str | None):
-    """A ``kubernetes.client.Configuration`` from kubeconfig, falling back to in-cluster."""
+@dataclass(frozen=True)
+class Overrides:
+    """kubectl's connection flags, applied over the kubeconfig (or standing alone)."""
+    server: str | None = None
+    token: str | None = None
+    user: str | None = None
+    cluster: str | None = None
+    certificate_authority: str | None = None
+    insecure_skip_tls_verify: bool = False
+    impersonate: str | None = None
+    impersonate_groups: tuple[str, ...] = ()
+
+
+def kubeconfig_paths(kubeconfig: str | None) -> list[str]:
+    """The files kubectl would read, in order: --kubeconfig, else $KUBECONFIG's entries,
+    else ~/.kube/config."""
+    import os
+
+    if kubeconfig:
+        return [kubeconfig]
+    env = os.environ.get("KUBECONFIG")
+    if env:
+        return [p for p in env.split(os.pathsep) if p]
+    return [os.path.expanduser("~/.kube/config")]
+
+
+def _no_configuration(paths: list[str]) -> ConfigError:
+    import os
+
+    if os.environ.get("KUBECONFIG"):
+        looked = (f"the file in KUBECONFIG does not exist ({paths[0]})" if len(paths) == 1 else
+                  f"none of the files in KUBECONFIG exists ({', '.join(paths)})")
+    else:
+        looked = f"KUBECONFIG is not set, {paths[0]} does not exist"
+    return ConfigError(
+        f"no configuration has been provided: {looked}, and this is not a pod "
+        "(KUBERNETES_SERVICE_HOST is not set); point at a cluster with --kubeconfig FILE, "
+        "KUBECONFIG=FILE or --server URL")
+
+
+def _load_client_configuration(kubeconfig: str | None, context: str | None,
+                               overrides: Overrides | None = None):
+    """A ``kubernetes.client.Configuration`` from kubeconfig (or in-cluster), with
+    kubectl's override flags applied."""
     import os
 
     configuration, config, _ = _client_modules()
     from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.kube_config import _get_kube_config_loader
 
+    o = overrides or Overrides()
     cfg = configuration.Configuration()
-    explicit = kubeconfig or os.environ.get("KUBECONFIG")
+    paths = kubeconfig_paths(kubeconfig)
+    existing = [p for p in paths if os.path.exists(p)]
     try:
-        if explicit or os.path.exists(os.path.expanduser("~/.kube/config")) or context:
-            config.load_kube_config(config_file=kubeconfig, context=context,
-                                    client_configuration=cfg, persist_config=False)
-        else:
+        if existing:
+            loader = _get_kube_config_loader(filename=os.pathsep.join(existing),
+                                             active_context=context, persist_config=False)
+            if o.user is not None:
+                users = loader._config.safe_get("users")
+                user = users.get_with_name(o.user, safe=True) if users else None
+                if user is None:
+                    raise ConfigError(f'auth info "{o.user}" does not exist')
+                loader._user = user["user"]
+            if o.cluster is not None:
+                clusters = loader._config.safe_get("clusters")
+                cluster = clusters.get_with_name(o.cluster, safe=True) if clusters else None
+                if cluster is None:
+                    raise ConfigError(f'cluster "{o.cluster}" does not exist')
+                loader._cluster = cluster["cluster"]
+            loader.load_and_set(cfg)
+        elif o.server:
+            cfg.host = o.server        # like kubectl: --server alone, no kubeconfig at all
+        elif context or o.user or o.cluster:
+            raise _no_configuration(paths)
+        elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config(client_configuration=cfg)
+        else:
+            raise _no_configuration(paths)
+    except ConfigError:
+        raise
     except ConfigException as exc:
-        raise ConfigError(" ".join(str(exc).split())) from None
+        text = " ".join(str(exc).split())
+        m = re.search(r"Expected object with name (\S+) in contexts list", text)
+        if m:
+            raise ConfigError(f'context "{m.group(1)}" does not exist') from None
+        raise ConfigError(text) from None
     except FileNotFoundError as exc:
         raise ConfigError(f"kubeconfig not found: {exc.filename}") from None
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -283,6 +354,16 @@ def _load_client_configuration(kubeconfig: str | None, context: str | None):
         raise ConfigError(f"invalid kubeconfig: {' '.join(str(exc).split()) or type(exc).__name__}") from None
     except Exception as exc:  # yaml errors and others: one line, never a traceback
         raise ConfigError(f"invalid kubeconfig: {' '.join(str(exc).split())[:300]}") from None
+    if o.server:
+        cfg.host = o.server.rstrip("/")
+    if o.token is not None:
+        cfg.api_key = {"authorization": f"Bearer {o.token}"}
+        cfg.api_key_prefix = {}
+        cfg.refresh_api_key_hook = None
+    if o.certificate_authority:
+        cfg.ssl_ca_cert = o.certificate_authority
+    if o.insecure_skip_tls_verify:
+        cfg.verify_ssl = False
     return cfg
 
 
@@ -295,7 +376,8 @@ class Kube:
     """
 
     def __init__(self, configuration, *, request_timeout: float | None = None,
-                 dry_run: bool = False, user_agent: str | None = None):
+                 dry_run: bool = False, user_agent: str | None = None,
+                 impersonate: str | None = None, impersonate_groups: tuple[str, ...] = ()):
         _, _, rest = _client_modules()
 
         self._cfg = configuration
@@ -306,11 +388,19 @@ class Kube:
         self.before_request = None
         from . import __version__
         self._ua = user_agent or f"kubectl-flux-plunger/{__version__}"
+        self._impersonate = [("Impersonate-User", impersonate)] if impersonate else []
+        self._impersonate += [("Impersonate-Group", g) for g in impersonate_groups]
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None,
-                        **kwargs) -> "Kube":
-        return cls(_load_client_configuration(kubeconfig, context), **kwargs)
+                        overrides: Overrides | None = None, **kwargs) -> "Kube":
+        if overrides is not None and overrides.impersonate_groups and not overrides.impersonate:
+            raise ConfigError("requesting groups without impersonating a user is not allowed "
+                              "(--as-group needs --as)")
+        if overrides is not None:
+            kwargs.setdefault("impersonate", overrides.impersonate)
+            kwargs.setdefault("impersonate_groups", overrides.impersonate_groups)
+        return cls(_load_client_configuration(kubeconfig, context, overrides), **kwargs)
 
     @property
     def host(self) -> str:
@@ -338,8 +428,12 @@ class Kube:
 
     # -- transport -----------------------------------------------------------------
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {"Accept": JSON, "User-Agent": self._ua}
+    def _headers(self, content_type: str | None):
+        import urllib3
+
+        headers = urllib3.HTTPHeaderDict({"Accept": JSON, "User-Agent": self._ua})
+        for key, value in self._impersonate:
+            headers.add(key, value)
         if content_type:
             headers["Content-Type"] = content_type
         # the configuration refreshes expiring tokens (exec plugins, projected SA tokens)

@@ -6,19 +6,27 @@ Heavy modules (the Kubernetes client, the executor) are imported inside the comm
 from __future__ import annotations
 
 import enum
+import functools
 import os
-import re
 import sys
+from typing import Any, Callable, NoReturn, TypeVar
 
 import click
 
 from .. import __version__
+from .examples import Group
+from .options import DURATION, Duration, override_options, overrides, parse_duration
+
+__all__ = ["DURATION", "Duration", "Exit", "cli", "fail", "main", "parse_duration"]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class Exit(enum.IntEnum):
     OK = 0
     FAILURE = 1
     USAGE = 2
+    INTERRUPTED = 130
 
 
 def _prog_name() -> str:
@@ -28,68 +36,41 @@ def _prog_name() -> str:
     return "kubectl flux-plunger"
 
 
-def fail(message: str, code: Exit = Exit.FAILURE) -> "None":
+def fail(message: str, code: Exit = Exit.FAILURE) -> NoReturn:
     click.echo(f"error: {message}", err=True)
     raise SystemExit(int(code))
 
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+)ms)?$")
-
-
-def parse_duration(value: str | float | int | None, *, flag: str) -> float | None:
-    """kubectl/Go style durations ("30s", "1m30s", "500ms", bare seconds "10")."""
-    if value is None or isinstance(value, (int, float)):
-        return value
-    text = value.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    m = _DURATION.fullmatch(text)
-    if not text or not m or not any(m.groups()):
-        raise click.BadParameter(f"invalid duration {value!r} (use e.g. 30s, 1m, 500ms)",
-                                 param_hint=flag)
-    h, mi, s, ms = (float(g) if g else 0.0 for g in m.groups())
-    return h * 3600 + mi * 60 + s + ms / 1000
-
-
-class Duration(click.ParamType):
-    name = "duration"
-
-    def convert(self, value, param, ctx):
-        try:
-            return parse_duration(value, flag=param.opts[-1] if param else "duration")
-        except click.BadParameter as exc:
-            self.fail(exc.message, param, ctx)
-
-
-DURATION = Duration()
-
 OUTPUTS = click.Choice(["table", "wide", "json", "yaml", "name"])
 
 
-def connection_options(f):
-    """--kubeconfig, --context, --request-timeout."""
+def connection_options(f: F) -> F:
+    """--kubeconfig, --context, --request-timeout and kubectl's other connection flags."""
+    f = override_options(f)
     f = click.option("--request-timeout", type=DURATION, default="30s", show_default=True,
                      help="Time to wait for one API request (0: no timeout).")(f)
     f = click.option("--context", "kube_context", metavar="NAME",
+                     shell_complete=_complete_contexts,
                      help="The kubeconfig context to use.")(f)
     f = click.option("--kubeconfig", metavar="PATH", type=click.Path(dir_okay=False),
                      help="Path to the kubeconfig file.")(f)
     return f
 
 
-def selection_options(f):
+def selection_options(f: F) -> F:
     """-n, -A, -l, NAME..."""
-    f = click.argument("names", nargs=-1, metavar="[NAME]...")(f)
+    f = click.argument("names", nargs=-1, metavar="[NAME]...",
+                       shell_complete=_complete_releases)(f)
     f = click.option("-l", "--selector", metavar="SELECTOR",
                      help="Label selector to filter HelmReleases (e.g. sharding.fluxcd.io/key=shard1).")(f)
     f = click.option("-A", "--all-namespaces", is_flag=True,
                      help="Act on HelmReleases in every namespace.")(f)
-    f = click.option("-n", "--namespace", metavar="NS",
+    f = click.option("-n", "--namespace", metavar="NS", shell_complete=_complete_namespaces,
                      help="Namespace of the HelmReleases (default: the context's).")(f)
     return f
 
 
-def lease_options(f, *, force: bool = True):
+def lease_options(f: F, *, force: bool = True) -> F:
     """--lease-namespace (and --force): the running-controller check of writing verbs."""
     if force:
         f = click.option("--force", is_flag=True,
@@ -99,7 +80,7 @@ def lease_options(f, *, force: bool = True):
                              "[default: the pod's namespace in a cluster, else flux-plunger].")(f)
 
 
-def _controller_check(kube, lease_namespace, force: bool) -> None:
+def _controller_check(kube: Any, lease_namespace: str | None, force: bool) -> None:
     """Refuse (exit 1) while another identity holds the controller's Lease, unless forced."""
     import datetime as dt
 
@@ -117,12 +98,15 @@ def _controller_check(kube, lease_namespace, force: bool) -> None:
         fail(why)
 
 
-def output_option(f):
+def output_option(f: F) -> F:
+    f = click.option("--no-headers", is_flag=True,
+                     help="Table output (-o table|wide): print no header line.")(f)
     return click.option("-o", "--output", type=OUTPUTS, default="table", show_default=True,
-                        help="Output format.")(f)
+                        help="Output format (json/yaml: flux-plunger.cozystack.io/v1alpha1, "
+                             "see docs/output-schema.json).")(f)
 
 
-def dry_run_option(f):
+def dry_run_option(f: F) -> F:
     return click.option("--dry-run", type=click.Choice(["none", "client", "server"]),
                         default="none", show_default=True, is_flag=False, flag_value="client",
                         help="client: print the plan only; server: send every write with dryRun=All.")(f)
@@ -131,9 +115,11 @@ def dry_run_option(f):
 class Session:
     """What a verb needs: a connected client and the resolved selection."""
 
-    def __init__(self, kubeconfig, kube_context, request_timeout, namespace=None,
-                 all_namespaces=False, selector=None, names=(), dry_run="none"):
-        from ..kube import ConfigError, Kube, default_namespace
+    def __init__(self, kubeconfig: str | None, kube_context: str | None,
+                 request_timeout: float | None, namespace: str | None = None,
+                 all_namespaces: bool = False, selector: str | None = None,
+                 names: tuple[str, ...] = (), dry_run: str = "none") -> None:
+        from ..kube import Kube
         from ..verbs.select import Selection
 
         if names and all_namespaces:
@@ -142,26 +128,51 @@ class Session:
             raise click.UsageError("name cannot be provided when a selector is specified")
         if namespace is not None and not namespace.strip():
             raise click.UsageError("--namespace must not be empty")
-        if kubeconfig and not os.path.exists(kubeconfig):
-            fail(f"stat {kubeconfig}: no such file or directory")
-        try:
-            ns = None if all_namespaces else (namespace or default_namespace(kubeconfig, kube_context))
-            self.kube = Kube.from_kubeconfig(kubeconfig, kube_context,
-                                             request_timeout=request_timeout or None,
-                                             dry_run=(dry_run == "server"))
-        except ConfigError as exc:
-            fail(str(exc))
+        self.kube: Kube = connect(kubeconfig, kube_context, request_timeout,
+                                  dry_run=(dry_run == "server"))
+        ns = None if all_namespaces else (namespace or _default_namespace(kubeconfig, kube_context))
         self.selection = Selection(namespace=ns, all_namespaces=all_namespaces,
                                    selector=selector, names=tuple(names))
         self.dry_run = dry_run
 
+    def where(self) -> str:
+        """`` in NS namespace`` as kubectl words it (empty under -A)."""
+        return "" if self.selection.all_namespaces else f" in {self.selection.namespace} namespace"
 
-def _api_errors(fn):
+
+def connect(kubeconfig: str | None, kube_context: str | None, request_timeout: float | None,
+            **kwargs: Any) -> Any:
+    """A :class:`~kubectl_flux_plunger.kube.Kube` for the command line's connection flags;
+    configuration problems are one ``error:`` line."""
+    from ..kube import ConfigError, Kube
+
+    if kubeconfig and not os.path.exists(kubeconfig):
+        fail(f"stat {kubeconfig}: no such file or directory")
+    o = overrides()
+    if o.certificate_authority and not os.path.isfile(o.certificate_authority):
+        fail(f"unable to read certificate-authority {o.certificate_authority}: "
+             "no such file or directory")
+    try:
+        return Kube.from_kubeconfig(kubeconfig, kube_context, o,
+                                    request_timeout=request_timeout or None, **kwargs)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def _default_namespace(kubeconfig: str | None, kube_context: str | None) -> str:
+    from ..kube import ConfigError, default_namespace
+
+    try:
+        return default_namespace(kubeconfig, kube_context)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def _api_errors(fn: F) -> F:
     """Turn API failures into one ``error:`` line and exit 1."""
-    import functools
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         from ..kube import KubeError
         from ..verbs.select import SelectionError
         try:
@@ -170,68 +181,212 @@ def _api_errors(fn):
             fail(str(exc) if exc.status == 0 else f"{exc.reason}: {exc}")
         except SelectionError as exc:
             fail(str(exc))
-    return wrapper
+    return wrapper  # type: ignore[return-value]
 
+
+# -- completion of flag values and names (cobra __complete and kubectl's helper) --------
+
+COMPLETION_TIMEOUT = 2.0   # seconds per API request while completing
+
+
+def _completion_kube(ctx: click.Context) -> Any:
+    from ..kube import Kube
+
+    p = ctx.params
+    try:
+        return Kube.from_kubeconfig(p.get("kubeconfig"), p.get("kube_context"), overrides(ctx),
+                                    request_timeout=COMPLETION_TIMEOUT)
+    except Exception:  # noqa: BLE001 - no completion rather than an error while typing
+        return None
+
+
+def _complete_namespaces(ctx: click.Context, param: click.Parameter,
+                         incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    from ..kube import KubeError, core_path
+
+    kube = _completion_kube(ctx)
+    if kube is None:
+        return []
+    try:
+        items = kube.request("LIST", "GET", core_path("namespaces")).get("items") or []
+    except KubeError:
+        return []
+    finally:
+        kube.close()
+    return [CompletionItem(n) for n in sorted(i["metadata"]["name"] for i in items)
+            if n.startswith(incomplete)]
+
+
+def _complete_releases(ctx: click.Context, param: click.Parameter,
+                       incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    from ..kube import ConfigError, KubeError, default_namespace
+
+    if ctx.params.get("all_namespaces"):
+        return []
+    kube = _completion_kube(ctx)
+    if kube is None:
+        return []
+    try:
+        ns = ctx.params.get("namespace") or default_namespace(ctx.params.get("kubeconfig"),
+                                                              ctx.params.get("kube_context"))
+        items = kube.list_hrs(ns, ctx.params.get("selector"))
+    except (KubeError, ConfigError):
+        return []
+    finally:
+        kube.close()
+    typed = set(ctx.params.get("names") or ())
+    return [CompletionItem(n) for n in sorted(i["metadata"]["name"] for i in items)
+            if n.startswith(incomplete) and n not in typed]
+
+
+def _complete_contexts(ctx: click.Context, param: click.Parameter,
+                       incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    from ..kube import _client_modules
+
+    try:
+        _, config, _ = _client_modules()
+        contexts, _active = config.list_kube_config_contexts(
+            config_file=ctx.params.get("kubeconfig"))
+    except Exception:  # noqa: BLE001 - no kubeconfig: nothing to offer
+        return []
+    return [CompletionItem(c["name"]) for c in contexts if c["name"].startswith(incomplete)]
+
+
+# -- the commands ---------------------------------------------------------------------
 
 CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-@click.group(context_settings=CONTEXT_SETTINGS)
+@click.group(cls=Group, context_settings=CONTEXT_SETTINGS, invoke_without_command=True)
 @click.version_option(__version__, "--version", message="%(version)s")
-def cli():
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Unstick Flux HelmReleases that report "has no deployed releases", safely.
 
     flux-plunger deletes the newest Helm storage revision of a stuck release while
     helm-controller is kept off it (an owned suspension plus an uninstall fence), then
     lets helm-controller reconcile again. It never touches a suspension another manager set.
     """
+    if ctx.invoked_subcommand is None:
+        # like kubectl and flux: no verb prints the help and succeeds (click < 8.2 did this
+        # for groups, click >= 8.2 raises a usage error; decided here, not by click)
+        click.echo(ctx.get_help())
+        ctx.exit(0)
 
 
 @cli.command()
 @connection_options
 @selection_options
 @output_option
+@click.option("-w", "--watch", is_flag=True,
+              help="After listing, print each HelmRelease again whenever it changes.")
 @click.option("--lease-namespace", metavar="NS",
               help="Namespace of the controller's Lease flux-plunger.cozystack.io "
                    "[default: the pod's namespace in a cluster, else flux-plunger].")
 @_api_errors
-def status(kubeconfig, kube_context, request_timeout, namespace, all_namespaces, selector,
-           names, output, lease_namespace):
-    """Show every HelmRelease flux-plunger would act on or has touched (read-only)."""
+def status(kubeconfig: str | None, kube_context: str | None, request_timeout: float | None,
+           namespace: str | None, all_namespaces: bool, selector: str | None,
+           names: tuple[str, ...], output: str, no_headers: bool, watch: bool,
+           lease_namespace: str | None) -> None:
+    """Show every HelmRelease flux-plunger would act on or has touched (read-only).
+
+    A namespace whose HelmReleases are all healthy and untouched says so on stderr."""
     from ..verbs import status as verb
     from . import render
 
-    s = Session(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
-                selector, names)
     import datetime as dt
 
+    s = Session(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
+                selector, names)
     if lease_namespace is not None and not lease_namespace.strip():
         raise click.UsageError("--lease-namespace must not be empty")
     lease = verb.controller(s.kube, lease_namespace)
-    rows, missing = verb.run(s.kube, s.selection, lease=lease)
-    if output in ("table", "wide") and rows:
+    rep = verb.report(s.kube, s.selection, lease=lease)
+    if output in ("table", "wide") and rep.rows:
         click.echo(f"Controller: {lease.describe(dt.datetime.now(dt.timezone.utc))}", err=True)
-    for m in missing:
+    for m in rep.missing:
         click.echo(f"Error from server (NotFound): {m}", err=True)
+    wide = output == "wide"
     if output in ("json", "yaml"):
-        items = [r.as_dict() for r in rows]
-        click.echo(render.as_json(items, "HelmReleaseStatus") if output == "json"
-                   else render.as_yaml(items, "HelmReleaseStatus"))
-    elif not rows:
-        if not missing:
-            where = "" if s.selection.all_namespaces else f" in {s.selection.namespace} namespace"
-            click.echo(f"No resources found{where}.", err=True)
-    elif output == "name":
-        click.echo(render.names([r.as_dict() for r in rows]))
-    else:
-        click.echo(render.status_table(rows, all_namespaces=s.selection.all_namespaces,
-                                       wide=(output == "wide")))
-    raise SystemExit(int(Exit.FAILURE if missing else Exit.OK))
+        click.echo(render.dump(render.document(
+            "HelmReleaseStatus", [render.status_item(r) for r in rep.rows]), output))
+    elif rep.rows and output == "name":
+        click.echo(render.names((r.namespace, r.name) for r in rep.rows))
+    elif rep.rows:
+        click.echo(render.status_table(rep.rows, all_namespaces=s.selection.all_namespaces,
+                                       wide=wide, no_headers=no_headers))
+    if not rep.rows and not rep.missing and output not in ("json", "yaml"):
+        if rep.total == 0:
+            click.echo(f"No resources found{s.where()}.", err=True)
+        else:
+            click.echo(f"{rep.total} HelmRelease{'s' if rep.total != 1 else ''}{s.where()}, "
+                       "none needs attention.", err=True)
+    if watch:
+        _watch_status(s, output, wide=wide, shown={(r.namespace, r.name) for r in rep.rows},
+                      lease=lease)
+    raise SystemExit(int(Exit.FAILURE if rep.missing else Exit.OK))
 
 
-def _run_table(verb_name, kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
-               selector, names, output, dry_run, concurrency, only_rows, handshake_timeout=30.0,
-               lease_namespace=None, force=False, backup_dir=None):
+def _watch_status(s: Session, output: str, *, wide: bool, shown: set[tuple[str, str]],
+                  lease: Any = None) -> None:
+    """``status --watch``: one line (or document) per change of a release that needs
+    attention or was shown, until interrupted.  Like ``kubectl get -w``: no header again."""
+    from ..kube import KubeError, hr_path
+    from ..verbs import status as verb
+    from ..verbs.status import interesting
+    from . import render
+
+    sel = s.selection
+    ns = None if sel.all_namespaces else sel.namespace
+    first = True
+    while True:
+        rv = s.kube.request("LIST", "GET", hr_path(ns), query={
+            "labelSelector": sel.selector, "limit": 1})["metadata"]["resourceVersion"]
+        try:
+            for event in s.kube.watch_hrs(ns, sel.selector, rv):
+                if event.get("type") == "ERROR":
+                    break
+                if event.get("type") == "BOOKMARK":
+                    continue
+                hr = event["object"]
+                md = hr["metadata"]
+                key = (md.get("namespace", ""), md["name"])
+                if sel.names and key[1] not in sel.names:
+                    continue
+                r = verb.row(s.kube, hr, lease=lease)
+                if event["type"] == "DELETED":
+                    r.state = "deleted"
+                if not (sel.names or key in shown or interesting(hr, r.state)):
+                    continue
+                shown.add(key)
+                if output in ("json", "yaml"):
+                    text = render.dump(render.status_item(r), output)
+                    click.echo(("---\n" if output == "yaml" and not first else "") + text)
+                elif output == "name":
+                    click.echo(render.names([key]))
+                else:
+                    click.echo(render.table(
+                        render.status_headers(all_namespaces=sel.all_namespaces, wide=wide),
+                        [render.status_cells(r, all_namespaces=sel.all_namespaces, wide=wide)],
+                        no_headers=True))
+                first = False
+        except KubeError as exc:
+            if exc.status != 410:
+                raise
+
+
+def _run_table(verb_name: str, kubeconfig: str | None, kube_context: str | None,
+               request_timeout: float | None, namespace: str | None, all_namespaces: bool,
+               selector: str | None, names: tuple[str, ...], output: str, no_headers: bool,
+               dry_run: str, concurrency: int, only_rows: frozenset[Any] | None,
+               handshake_timeout: float = 30.0, lease_namespace: str | None = None,
+               force: bool = False, backup_dir: str | None = None) -> NoReturn:
     from ..events import Recorder
     from ..executor import Executor, Options
     from ..verbs import recover as verb
@@ -249,16 +404,17 @@ def _run_table(verb_name, kubeconfig, kube_context, request_timeout, namespace, 
         click.echo(f"Error from server (NotFound): {m}", err=True)
     from ..backup import DirectoryBackup
 
-    def show(o):
-        return (o.row not in ("healthy", "terminating-unfenced") or names
-                or o.result not in ("unchanged",))
+    def show(o: Any) -> bool:
+        return bool(o.row not in ("healthy", "terminating-unfenced") or names
+                    or o.result not in ("unchanged",))
 
-    def line(o):
+    def line(o: Any) -> str | None:
         if output in ("json", "yaml") or not show(o):
             return None
         if output == "name":
-            return render.names([o.as_dict()])
-        return render.outcome_line(o, all_namespaces=s.selection.all_namespaces)
+            return render.names([(o.namespace, o.name)])
+        return render.outcome_line(o, all_namespaces=s.selection.all_namespaces,
+                                   dry_run=dry_run)
 
     # results stream as each release finishes; Ctrl-C stops (cli/progress.py)
     stream = Stream(verb=verb_name, total=len(releases), line=line, prog=_prog_name())
@@ -275,12 +431,11 @@ def _run_table(verb_name, kubeconfig, kube_context, request_timeout, namespace, 
     stream.close()
     shown = [o for o in outcomes if show(o)]
     if output in ("json", "yaml"):
-        items = [o.as_dict() for o in shown]
-        click.echo(render.as_json(items, "RecoveryOutcome") if output == "json"
-                   else render.as_yaml(items, "RecoveryOutcome"))
+        click.echo(render.dump(render.document(
+            "RecoveryResult", [render.outcome_item(o, dry_run) for o in shown],
+            dryRun=dry_run, summary=_counts(outcomes)), output))
     if not releases and not missing and output not in ("json", "yaml"):
-        where = "" if s.selection.all_namespaces else f" in {s.selection.namespace} namespace"
-        click.echo(f"No resources found{where}.", err=True)
+        click.echo(f"No resources found{s.where()}.", err=True)
     failed = [o for o in outcomes if o.failed or o.result in ("deferred", "skipped")]
     if output in ("table", "wide"):
         click.echo(_summary(verb_name, outcomes, dry_run), err=not shown)
@@ -292,20 +447,38 @@ def _run_table(verb_name, kubeconfig, kube_context, request_timeout, namespace, 
     raise SystemExit(int(Exit.FAILURE if failed or missing else Exit.OK))
 
 
-def _summary(verb_name: str, outcomes, dry_run: str) -> str:
-    def count(*results):
+def _counts(outcomes: list[Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for o in outcomes:
+        out[str(o.result)] = out.get(str(o.result), 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _summary(verb_name: str, outcomes: list[Any], dry_run: str) -> str:
+    from .render import DRY_SUFFIX
+
+    def count(*results: str) -> int:
         return sum(o.result in results for o in outcomes)
-    suffix = " (dry run)" if dry_run != "none" else ""
+
+    def planned(*rows: str) -> int:
+        return sum(o.result == "planned" and bool(o.steps) and o.row in rows for o in outcomes)
+
+    failed = sum(o.failed for o in outcomes)
+    suffix = DRY_SUFFIX[dry_run]
     if verb_name == "recover":
         stuck = [o for o in outcomes if o.row == "live-stuck"]
         waiting = count("awaiting-retry")
-        return (f"recovered {count('recovered')} of {len(stuck) - waiting} stuck HelmReleases, "
-                f"{count('deferred')} deferred, {count('skipped')} skipped, "
-                f"{sum(o.failed for o in outcomes)} failed"
+        done = (f"would recover {planned('live-stuck')}" if dry_run == "client"
+                else f"would recover {count('recovered')}" if dry_run == "server"
+                else f"recovered {count('recovered')}")
+        return (f"{done} of {len(stuck) - waiting} stuck HelmReleases, "
+                f"{count('deferred')} deferred, {count('skipped')} skipped, {failed} failed"
                 + (f"; {waiting} recovered earlier, awaiting helm-controller's retry"
                    if waiting else "") + suffix)
-    return (f"lifted {count('relinquished')} flux-plunger suspensions, "
-            f"{sum(o.failed for o in outcomes)} failed{suffix}")
+    lifted = (planned("live-suspended-owned", "terminating-suspended-owned")
+              if dry_run == "client" else count("relinquished"))
+    verb = "would lift" if dry_run != "none" else "lifted"
+    return f"{verb} {lifted} flux-plunger suspensions, {failed} failed{suffix}"
 
 
 @cli.command()
@@ -323,13 +496,15 @@ def _summary(verb_name: str, outcomes, dry_run: str) -> str:
                    "nothing is deleted. Undo with `restore FILE`.")
 @lease_options
 @_api_errors
-def recover(kubeconfig, kube_context, request_timeout, namespace, all_namespaces, selector,
-            names, output, dry_run, concurrency, handshake_timeout, backup_dir, lease_namespace,
-            force):
+def recover(kubeconfig: str | None, kube_context: str | None, request_timeout: float | None,
+            namespace: str | None, all_namespaces: bool, selector: str | None,
+            names: tuple[str, ...], output: str, no_headers: bool, dry_run: str,
+            concurrency: int, handshake_timeout: float, backup_dir: str | None,
+            lease_namespace: str | None, force: bool) -> None:
     """Recover stuck HelmReleases once (the same decision table the controller runs)."""
     _run_table("recover", kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
-               selector, names, output, dry_run, concurrency, None, handshake_timeout,
-               lease_namespace, force, backup_dir)
+               selector, names, output, no_headers, dry_run, concurrency, None,
+               handshake_timeout, lease_namespace, force, backup_dir)
 
 
 @cli.command("resume-owned")
@@ -339,14 +514,16 @@ def recover(kubeconfig, kube_context, request_timeout, namespace, all_namespaces
 @dry_run_option
 @lease_options
 @_api_errors
-def resume_owned(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
-                 selector, names, output, dry_run, lease_namespace, force):
+def resume_owned(kubeconfig: str | None, kube_context: str | None,
+                 request_timeout: float | None, namespace: str | None, all_namespaces: bool,
+                 selector: str | None, names: tuple[str, ...], output: str, no_headers: bool,
+                 dry_run: str, lease_namespace: str | None, force: bool) -> None:
     """Lift suspensions flux-plunger itself owns (e.g. left by a crash), with their fences.
 
     Never touches a suspension another manager set."""
     from ..verbs.recover import RESUME_ROWS
     _run_table("resume-owned", kubeconfig, kube_context, request_timeout, namespace,
-               all_namespaces, selector, names, output, dry_run, 1, RESUME_ROWS,
+               all_namespaces, selector, names, output, no_headers, dry_run, 1, RESUME_ROWS,
                lease_namespace=lease_namespace, force=force)
 
 
@@ -367,34 +544,48 @@ def resume_owned(kubeconfig, kube_context, request_timeout, namespace, all_names
 @click.option("--concurrency", type=click.IntRange(1, 64), default=8, show_default=True,
               help="Releases handled at once.")
 @_api_errors
-def release_fence(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
-                  selector, names, output, dry_run, wait_uninstall, timeout, retry_window,
-                  deadline, concurrency):
+def release_fence(kubeconfig: str | None, kube_context: str | None,
+                  request_timeout: float | None, namespace: str | None, all_namespaces: bool,
+                  selector: str | None, names: tuple[str, ...], output: str, no_headers: bool,
+                  dry_run: str, wait_uninstall: bool, timeout: float,
+                  retry_window: float, deadline: float, concurrency: int) -> None:
     """Remove flux-plunger's uninstall fence (what uninstalling the controller runs).
 
     Lifts suspensions flux-plunger alone owns, removes every copy of the fence, and
     exits non-zero while any fence remains."""
+    from .. import detect
     from ..events import Recorder
     from ..executor import Executor, Options
     from ..verbs import release_fence as verb
     from ..verbs.select import fetch
     from . import render
-    from .. import detect
 
     import time
 
-    ends = time.monotonic() + deadline if deadline else None
     s = Session(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
                 selector, names, dry_run)
+    all_ns = s.selection.all_namespaces
+    ends = time.monotonic() + deadline if deadline else None
     releases, missing = fetch(s.kube, s.selection)
     for m in missing:
         click.echo(f"Error from server (NotFound): {m}", err=True)
     fenced = [hr for hr in releases if detect.is_fenced(hr)]
     if dry_run == "client":
-        for hr in fenced:
-            md = hr["metadata"]
-            click.echo(f"would release the uninstall fence from {md['namespace']}/{md['name']}")
-        click.echo(f"{len(fenced)} fenced HelmReleases (dry run)")
+        refs = [(hr["metadata"]["namespace"], hr["metadata"]["name"]) for hr in fenced]
+        if output in ("json", "yaml"):
+            click.echo(render.dump(render.document("FenceRelease", [
+                {"apiVersion": render.API_VERSION, "kind": "FenceRelease",
+                 "metadata": {"name": n, "namespace": ns}, "released": False,
+                 "withoutUninstall": False, "message": "fenced; would be released",
+                 "dryRun": dry_run} for ns, n in refs], dryRun=dry_run), output))
+        elif output == "name":
+            if refs:
+                click.echo(render.names(refs))
+        else:
+            for ns, n in refs:
+                click.echo(f"{render.ref(ns, n, all_namespaces=all_ns)} would release the "
+                           "uninstall fence (dry run)")
+            click.echo(f"would release {len(refs)} fenced HelmReleases (dry run)")
         raise SystemExit(int(Exit.FAILURE if missing else Exit.OK))
     if wait_uninstall and fenced and dry_run == "none":
         executor = Executor(s.kube, Recorder(s.kube, enabled=(dry_run == "none")),
@@ -406,16 +597,20 @@ def release_fence(kubeconfig, kube_context, request_timeout, namespace, all_name
     results = released_waiting + verb.run(s.kube, fenced, window=retry_window, deadline=ends,
                                           concurrency=concurrency)
     if output in ("json", "yaml"):
-        items = [r.as_dict() for r in results]
-        click.echo(render.as_json(items, "FenceRelease") if output == "json"
-                   else render.as_yaml(items, "FenceRelease"))
+        click.echo(render.dump(render.document(
+            "FenceRelease", [render.fence_item(r, dry_run) for r in results],
+            dryRun=dry_run), output))
     elif output == "name":
-        if results:
-            click.echo(render.names([r.as_dict() for r in results if r.released]))
+        if any(r.released for r in results):
+            click.echo(render.names((r.namespace, r.name) for r in results if r.released))
     else:
         for r in results:
-            click.echo(r.line(), err=not r.released)
-        click.echo(verb.summary(results) + (" (dry run)" if dry_run == "server" else ""))
+            click.echo(render.fence_line(r, all_namespaces=all_ns, dry_run=dry_run),
+                       err=not r.released)
+        text = verb.summary(results)
+        if dry_run == "server":
+            text = "would have " + text + render.DRY_SUFFIX[dry_run]
+        click.echo(text)
     ok = all(r.released for r in results) and not missing
     raise SystemExit(int(Exit.OK if ok else Exit.FAILURE))
 
@@ -423,14 +618,16 @@ def release_fence(kubeconfig, kube_context, request_timeout, namespace, all_name
 @cli.command()
 @connection_options
 @click.argument("source", metavar="FILE|SECRET")
-@click.option("-n", "--namespace", metavar="NS",
+@click.option("-n", "--namespace", metavar="NS", shell_complete=_complete_namespaces,
               help="Namespace of a backup SECRET (default: the context's).")
 @click.option("--force", is_flag=True,
               help="Restore although the HelmRelease is not suspended by you (or is gone).")
 @dry_run_option
 @output_option
 @_api_errors
-def restore(kubeconfig, kube_context, request_timeout, source, namespace, force, dry_run, output):
+def restore(kubeconfig: str | None, kube_context: str | None, request_timeout: float | None,
+            source: str, namespace: str | None, force: bool, dry_run: str, output: str,
+            no_headers: bool) -> None:
     """Put back a revision saved by `recover --backup-dir` (FILE) or by serve's
     --backup-secret-namespace ([NS/]SECRET).
 
@@ -446,16 +643,20 @@ def restore(kubeconfig, kube_context, request_timeout, source, namespace, force,
             doc, where = load_file(source), source
         else:
             ns, _, name = source.rpartition("/")
-            ns = ns or s.selection.namespace
+            ns = ns or s.selection.namespace or "default"
             doc, where = load_secret(s.kube, ns, name), f"Secret {ns}/{name}"
     except BackupError as exc:
         fail(str(exc))
     res = verb.run(s.kube, doc, where, force=force, dry_run=dry_run)
     if output in ("json", "yaml"):
-        click.echo(render.as_json([res.as_dict()], "Restore") if output == "json"
-                   else render.as_yaml([res.as_dict()], "Restore"))
+        click.echo(render.dump(render.document(
+            "RestoreResult", [render.restore_item(res, dry_run)], dryRun=dry_run), output))
+    elif output == "name":
+        if res.ok and res.name:
+            click.echo(f"secret/{res.name}")
     else:
-        click.echo(res.line(), err=not res.ok)
+        click.echo(res.line() + (render.DRY_SUFFIX[dry_run] if res.ok else ""),
+                   err=not res.ok)
     raise SystemExit(int(Exit.OK if res.ok else Exit.FAILURE))
 
 
@@ -464,14 +665,15 @@ def restore(kubeconfig, kube_context, request_timeout, source, namespace, force,
 @click.option("--client", "client_only", is_flag=True, help="Only the client version; no cluster.")
 @click.option("-o", "--output", type=click.Choice(["text", "json", "yaml"]), default="text")
 @_api_errors
-def version(kubeconfig, kube_context, request_timeout, client_only, output):
+def version(kubeconfig: str | None, kube_context: str | None, request_timeout: float | None,
+            client_only: bool, output: str) -> None:
     """Print the client version and, with a cluster, the server and helm-controller versions."""
     from ..verbs import version as verb
-    info = verb.client()
+    info: dict[str, Any] = verb.client()
     if not client_only:
         from ..kube import ConfigError, Kube
         try:
-            kube = Kube.from_kubeconfig(kubeconfig, kube_context,
+            kube = Kube.from_kubeconfig(kubeconfig, kube_context, overrides(),
                                         request_timeout=request_timeout or 10)
             info.update(verb.server(kube))
         except ConfigError as exc:
@@ -489,7 +691,7 @@ def version(kubeconfig, kube_context, request_timeout, client_only, output):
             click.echo(f"{labels[k]}: {v}")
 
 
-def _register_serve():
+def _register_serve() -> None:
     try:
         from .serve import serve  # noqa: F401 - registered on import
     except ImportError:
@@ -498,15 +700,22 @@ def _register_serve():
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``kubectl-flux_plunger`` and ``flux-plunger``."""
+    from .argv import hoist_global_flags
+
     _register_serve()
     prog = _prog_name()
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] in (["__complete"], ["__completeNoDesc"]):
+        from .complete import cobra_complete
+        return cobra_complete(cli, prog, args[1:])
     # click derives the completion variable from the program name, which has a space here
     complete_var = ("_FLUX_PLUNGER_COMPLETE" if prog.startswith("flux ")
                     else "_KUBECTL_FLUX_PLUNGER_COMPLETE")
     if os.environ.get(complete_var):
         prog = os.path.basename(sys.argv[0] or "") or "kubectl-flux_plunger"
     try:
-        cli.main(args=argv, prog_name=prog, complete_var=complete_var, standalone_mode=False)
+        args = hoist_global_flags(cli, args)
+        cli.main(args=args, prog_name=prog, complete_var=complete_var, standalone_mode=False)
     except click.UsageError as exc:
         click.echo(f"error: {exc.format_message()}", err=True)
         cmd = exc.ctx.command_path if exc.ctx else prog
@@ -521,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except KeyboardInterrupt:
-        return 130
+        return int(Exit.INTERRUPTED)
     except BrokenPipeError:
         return int(Exit.FAILURE)
     return int(Exit.OK)

@@ -1,71 +1,217 @@
-"""Rendering of verb results: kubectl-style tables, json, yaml and name output."""
+"""Rendering of verb results: kubectl-style tables, result lines, and the versioned
+``-o json|yaml`` documents (schema: docs/output-schema.json).
+
+The documents are ``apiVersion: flux-plunger.cozystack.io/v1alpha1`` lists with camelCase
+keys, ``null`` for what is unknown or absent, the apiserver's RFC 3339 timestamps, and for
+``status`` the HelmRelease's ``metadata`` as ``kubectl get -o json`` prints it (without
+``managedFields``, as kubectl hides them by default).
+"""
 from __future__ import annotations
 
+import copy
 import json
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
+API_VERSION = "flux-plunger.cozystack.io/v1alpha1"
+HR_API_VERSION = "helm.toolkit.fluxcd.io/v2"
 KIND_REF = "helmrelease.helm.toolkit.fluxcd.io"
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+# -- tables ---------------------------------------------------------------------------
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *,
+          no_headers: bool = False, widths: list[int] | None = None) -> str:
     """Columns padded like kubectl's printer: three spaces between columns."""
-    rows = [[_cell(c) for c in r] for r in rows]
-    widths = [len(h) for h in headers]
-    for r in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, r)]
-    lines = ["   ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    for r in rows:
-        lines.append("   ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    cells = [[_cell(c) for c in r] for r in rows]
+    w = list(widths) if widths else [len(h) for h in headers]
+    for r in cells:
+        w = [max(a, len(c)) for a, c in zip(w, r)]
+    lines = [] if no_headers else ["   ".join(h.ljust(x) for h, x in zip(headers, w)).rstrip()]
+    for r in cells:
+        lines.append("   ".join(c.ljust(x) for c, x in zip(r, w)).rstrip())
     return "\n".join(lines)
 
 
 def _cell(value: object) -> str:
-    if value is None:
+    if value is None or value == "":
         return "-"
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)
 
 
-def as_json(items: list[dict], kind: str) -> str:
-    return json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-        dict(kind=kind, **i) for i in items]}, indent=2, sort_keys=False)
-
-
-def as_yaml(items: list[dict], kind: str) -> str:
-    import yaml  # PyYAML ships with the kubernetes client
-    return yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [
-        dict(kind=kind, **i) for i in items]}, sort_keys=False).rstrip()
-
-
-def names(items: list[dict]) -> str:
-    return "\n".join(f"{KIND_REF}/{i['name']}" for i in items)
-
-
-STATUS_HEADERS = ["NAME", "STATE", "SUSPEND-OWNER", "REVISION", "HELM-STATUS", "PROCESSED",
+# STORAGE-REV: the newest Helm storage revision (sh.helm.release.v1.<release>.v<N>);
+# flux's REVISION column is the chart version, a different thing.
+STATUS_HEADERS = ["NAME", "STATE", "SUSPEND-OWNER", "STORAGE-REV", "HELM-STATUS", "PROCESSED",
                   "FENCED", "AGE"]
 STATUS_WIDE = ["RELEASE", "STORAGE-NAMESPACE", "CLUSTER", "NOTE"]
 
 
-def status_table(rows, *, all_namespaces: bool, wide: bool) -> str:
-    headers = (["NAMESPACE"] if all_namespaces else []) + STATUS_HEADERS + (STATUS_WIDE if wide else [])
-    out = []
-    for r in rows:
-        cells = [r.name, r.state, r.suspend_owner, r.revision, r.helm_status, r.processed,
-                 r.fenced, r.age]
-        if all_namespaces:
-            cells.insert(0, r.namespace)
-        if wide:
-            cells += [r.release, r.storage_namespace, r.cluster, r.note]
-        out.append(cells)
-    return table(headers, out)
+def status_headers(*, all_namespaces: bool, wide: bool) -> list[str]:
+    return (["NAMESPACE"] if all_namespaces else []) + STATUS_HEADERS + (STATUS_WIDE if wide else [])
 
 
-def outcome_line(o, *, all_namespaces: bool) -> str:
-    ref = f"{o.namespace}/{o.name}" if all_namespaces else o.name
-    line = f"{KIND_REF}/{ref} {o.result}"
-    if o.detail:
+def status_cells(r: Any, *, all_namespaces: bool, wide: bool) -> list[object]:
+    cells: list[object] = [r.name, r.state, r.suspend_owner, r.revision, r.helm_status,
+                           r.processed, r.fenced, r.age]
+    if all_namespaces:
+        cells.insert(0, r.namespace)
+    if wide:
+        cells += [r.release, r.storage_namespace, getattr(r, "cluster", "local"), r.note]
+    return cells
+
+
+def status_table(rows: Sequence[Any], *, all_namespaces: bool, wide: bool,
+                 no_headers: bool = False) -> str:
+    return table(status_headers(all_namespaces=all_namespaces, wide=wide),
+                 [status_cells(r, all_namespaces=all_namespaces, wide=wide) for r in rows],
+                 no_headers=no_headers)
+
+
+# -- result lines ---------------------------------------------------------------------
+
+def ref(namespace: str, name: str, *, all_namespaces: bool) -> str:
+    """A reference kubectl accepts: ``KIND/NAME``, with ``-n NS`` first under -A."""
+    return (f"-n {namespace} " if all_namespaces else "") + f"{KIND_REF}/{name}"
+
+
+DRY_SUFFIX = {"none": "", "client": " (dry run)", "server": " (server dry run)"}
+
+# what a client dry run would do, by decision row
+_WOULD = {
+    "live-stuck": "would recover",
+    "live-suspended-owned": "would lift flux-plunger's suspension",
+    "terminating-suspended-owned": "would lift flux-plunger's suspension",
+    "live-fenced": "would remove the uninstall fence",
+    "terminating-fenced-uninstalled": "would remove the uninstall fence",
+    "terminating-fenced-waiting": "would wait for helm-controller's uninstall",
+    "live-suspended-foreign": "would remove the uninstall fence",
+    "terminating-suspended-foreign": "would remove the uninstall fence",
+}
+
+
+def _planned(o: Any) -> bool:
+    return bool(o.result == "planned" and o.steps)
+
+
+def result_word(o: Any) -> str:
+    if o.result == "planned":
+        return _WOULD.get(str(o.row), "would act") if o.steps else "unchanged"
+    return str(o.result)
+
+
+def outcome_line(o: Any, *, all_namespaces: bool, dry_run: str = "none") -> str:
+    line = f"{ref(o.namespace, o.name, all_namespaces=all_namespaces)} {result_word(o)}"
+    if o.detail and not _planned(o):
         line += f": {o.detail}"
+    line += DRY_SUFFIX[dry_run]
     for step in o.steps if o.result == "planned" else ():
         line += f"\n  - {step}"
     return line
+
+
+def fence_line(r: Any, *, all_namespaces: bool, dry_run: str = "none") -> str:
+    where = ref(r.namespace, r.name, all_namespaces=all_namespaces)
+    if not r.released:
+        return f"{where} NOT released: {r.detail}{DRY_SUFFIX[dry_run]}"
+    if r.without_uninstall:
+        text = (f"{where} uninstall fence released without an uninstall: helm-controller "
+                "had not handled it")
+    else:
+        text = f"{where} uninstall fence released" + (f" ({r.detail})" if r.detail else "")
+    return text + DRY_SUFFIX[dry_run]
+
+
+def names(refs: Iterable[tuple[str, str]]) -> str:
+    """``-o name``: ``KIND/NAME`` lines, as ``kubectl get -o name`` prints them."""
+    return "\n".join(f"{KIND_REF}/{name}" for _, name in refs)
+
+
+# -- versioned documents --------------------------------------------------------------
+
+def kubectl_metadata(metadata: dict) -> dict:
+    """The HelmRelease's metadata as ``kubectl get -o json`` prints it by default."""
+    md = copy.deepcopy(metadata)
+    md.pop("managedFields", None)
+    return md
+
+
+def _null(value: Any) -> Any:
+    return None if value in (None, "", "-") else value
+
+
+def status_item(r: Any) -> dict:
+    helm_status = r.helm_status if r.helm_status not in ("-", "<remote>", "<unreadable>") else None
+    processed = _null(r.processed)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "HelmReleaseStatus",
+        "metadata": kubectl_metadata(r.metadata) if r.metadata else
+        {"name": r.name, "namespace": r.namespace},
+        "state": r.state,
+        "stuck": bool(getattr(r, "stuck", False)),
+        "suspended": bool(r.suspend),
+        "suspendOwners": [{"manager": m, "operation": op} for m, op in r.suspend_owners],
+        "fenced": bool(r.fenced),
+        "processedRevision": processed,
+        "storage": {
+            "releaseName": r.release,
+            "namespace": r.storage_namespace,
+            "latestRevision": r.revision,
+            "helmStatus": helm_status,
+            "cluster": getattr(r, "cluster", "local"),
+        },
+        "message": _null(r.note),
+    }
+
+
+def outcome_item(o: Any, dry_run: str) -> dict:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "RecoveryResult",
+        "metadata": {"name": o.name, "namespace": o.namespace},
+        "decision": _null(str(o.row)),
+        "result": str(o.result),
+        "failed": bool(o.failed),
+        "revision": o.revision,
+        "message": _null(o.detail),
+        "steps": list(o.steps),
+        "dryRun": dry_run,
+    }
+
+
+def fence_item(r: Any, dry_run: str) -> dict:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "FenceRelease",
+        "metadata": {"name": r.name, "namespace": r.namespace},
+        "released": bool(r.released),
+        "withoutUninstall": bool(r.without_uninstall),
+        "message": _null(r.detail),
+        "dryRun": dry_run,
+    }
+
+
+def restore_item(res: Any, dry_run: str) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "RestoreResult",
+        "metadata": {"name": res.name, "namespace": res.namespace},
+        "action": res.action,
+        "revision": res.revision or None,
+        "cluster": _null(res.cluster),
+        "message": _null(res.detail),
+        "dryRun": dry_run,
+    }
+
+
+def document(kind: str, items: list[dict], **extra: Any) -> dict:
+    return {"apiVersion": API_VERSION, "kind": f"{kind}List", **extra, "items": items}
+
+
+def dump(doc: dict, output: str) -> str:
+    if output == "json":
+        return json.dumps(doc, indent=2, ensure_ascii=False)
+    import yaml  # PyYAML ships with the kubernetes client
+
+    return yaml.safe_dump(doc, sort_keys=False, allow_unicode=True).rstrip()

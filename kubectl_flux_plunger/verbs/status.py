@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from .. import constants as C
 from .. import controller_lease, detect, ownership, plan, storage
@@ -29,9 +29,20 @@ class Row:
     note: str
     stuck: bool = False        # the Ready condition says "has no deployed releases"
     cluster: str = "local"     # where the Helm storage is: local, or the spec.kubeConfig server
+    # for -o json|yaml: the release's metadata as read (managedFields included) and the
+    # (manager, operation) pairs that own spec.suspend
+    metadata: dict = field(default_factory=dict)
+    suspend_owners: list[tuple[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class Report:
+    rows: list[Row]
+    missing: list[str]
+    total: int                 # HelmReleases selected, shown or not
 
 
 def _age(seconds: float | None) -> str:
@@ -130,6 +141,13 @@ def controller(kube: Kube, lease_namespace: str | None) -> ControllerLease:
 def run(kube: Kube, sel: Selection, now: dt.datetime | None = None, *,
         lease_namespace: str | None = None,
         lease: ControllerLease | None = None) -> tuple[list[Row], list[str]]:
+    r = report(kube, sel, now, lease_namespace=lease_namespace, lease=lease)
+    return r.rows, r.missing
+
+
+def report(kube: Kube, sel: Selection, now: dt.datetime | None = None, *,
+           lease_namespace: str | None = None,
+           lease: ControllerLease | None = None) -> Report:
     now = now or dt.datetime.now(dt.timezone.utc)
     releases, errors = fetch(kube, sel)
     if lease is None and any(detect.is_suspended(hr) and ownership.owns_suspend(hr)
@@ -145,7 +163,18 @@ def run(kube: Kube, sel: Selection, now: dt.datetime | None = None, *,
             rows.append(_row(remotes, hr, state, now))
     finally:
         remotes.close()
-    return rows, errors
+    return Report(rows, errors, len(releases))
+
+
+def row(kube: Kube, hr: dict, now: dt.datetime | None = None, *,
+        lease: ControllerLease | None = None) -> Row:
+    """The row of one release (``status --watch`` renders each change)."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    remotes = Remotes(kube)
+    try:
+        return _row(remotes, hr, state_of(hr, now, lease), now)
+    finally:
+        remotes.close()
 
 
 def _row(remotes: Remotes, hr: dict, state: str, now: dt.datetime) -> Row:
@@ -176,4 +205,5 @@ def _row(remotes: Remotes, hr: dict, state: str, now: dt.datetime) -> Row:
                suspend=detect.is_suspended(hr), suspend_owner=_owners(hr), revision=revision,
                helm_status=helm_status, processed=processed, fenced=detect.is_fenced(hr),
                age=_age(detect.age_seconds(hr, now)), release=release, storage_namespace=ns,
-               note=note, stuck=detect.is_stuck(hr), cluster=cluster)
+               note=note, stuck=detect.is_stuck(hr), cluster=cluster, metadata=md,
+               suspend_owners=list(ownership.suspend_owners(hr)))

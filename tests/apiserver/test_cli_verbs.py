@@ -18,7 +18,7 @@ from .conftest import hold, stuck_release
 CLI_RULES = [
     {"apiGroups": ["helm.toolkit.fluxcd.io"], "resources": ["helmreleases"],
      "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "delete"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "create", "patch"]},
     # is a controller running?  (its Lease, in the controller's namespace)
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]},
@@ -55,13 +55,21 @@ def test_status_table_wide_json_yaml_name(cli, cluster, ns):
     assert lines[0].split()[:3] == ["NAME", "STATE", "SUSPEND-OWNER"]
     rows = {l.split()[0]: l.split() for l in lines[1:]}
     assert set(rows) == {"demo", "paused"}                 # the healthy one is not listed
+    assert lines[0].split()[3] == "STORAGE-REV"
     assert rows["demo"][1:5] == ["stuck", "-", "2", "uninstalling"]
     assert rows["paused"][1:3] == ["suspended-by-other", "operator(Update)"]
     wide = cli("status", "-n", ns, "-o", "wide")
     assert "STORAGE-NAMESPACE" in wide.out and "no revision is deployed" in wide.out
     data = json.loads(cli("status", "-n", ns, "-o", "json").out)
-    assert [i["name"] for i in data["items"]] == ["demo", "paused"]
-    assert data["items"][0]["helm_status"] == "uninstalling"
+    assert (data["apiVersion"], data["kind"]) == ("flux-plunger.cozystack.io/v1alpha1",
+                                                  "HelmReleaseStatusList")
+    assert [i["metadata"]["name"] for i in data["items"]] == ["demo", "paused"]
+    assert data["items"][0]["storage"]["helmStatus"] == "uninstalling"
+    live = cluster.get(ns, "demo")["metadata"]
+    assert data["items"][0]["metadata"]["uid"] == live["uid"]
+    assert data["items"][0]["metadata"]["creationTimestamp"] == live["creationTimestamp"]
+    assert "managedFields" not in data["items"][0]["metadata"]
+    assert data["items"][1]["suspendOwners"] == [{"manager": "operator", "operation": "Update"}]
     ydata = yaml.safe_load(cli("status", "-n", ns, "-o", "yaml").out)
     assert ydata["items"][1]["state"] == "suspended-by-other"
     names = cli("status", "-n", ns, "-o", "name").out.split()
@@ -83,6 +91,16 @@ def test_status_with_nothing_to_show_says_so_on_stderr(cli, ns):
     assert res.err.strip() == f"No resources found in {ns} namespace."
 
 
+def test_status_of_a_namespace_of_healthy_releases_is_not_no_resources(cli, cluster, ns):
+    cluster.create_hr(ns, "a")
+    cluster.create_hr(ns, "b")
+    res = cli("status", "-n", ns)
+    assert res.code == 0 and res.out == ""
+    assert res.err == f"2 HelmReleases in {ns} namespace, none needs attention.\n"
+    named = cli("status", "-n", ns, "a", "--no-headers")
+    assert named.code == 0 and named.out.split()[:2] == ["a", "healthy"]
+
+
 def test_status_unknown_release_is_a_not_found_error(cli, ns):
     res = cli("status", "-n", ns, "nope")
     assert res.code == 1
@@ -96,7 +114,9 @@ def test_recover_dry_run_client_prints_the_plan_and_writes_nothing(cli, cluster,
     before = cluster.get(ns, "demo")["metadata"]["resourceVersion"]
     res = cli("recover", "-n", ns, "--dry-run=client")
     assert res.code == 0, res
-    assert "demo planned" in res.out
+    assert "helmrelease.helm.toolkit.fluxcd.io/demo would recover (dry run)" in res.out
+    assert res.out.splitlines()[-1] == ("would recover 1 of 1 stuck HelmReleases, 0 deferred, "
+                                        "0 skipped, 0 failed (dry run)")
     assert "delete Secret" in res.out and "sh.helm.release.v1.demo.v2" in res.out
     assert cluster.get(ns, "demo")["metadata"]["resourceVersion"] == before
     assert len(cluster.secret_names(ns, "demo")) == 2
@@ -106,7 +126,12 @@ def test_recover_dry_run_server_sends_dry_run_writes(cli, cluster, ns):
     stuck_release(cluster, ns)
     res = cli("recover", "-n", ns, "--dry-run=server")
     # every write was admitted by the apiserver with dryRun=All, none persisted
-    assert res.code == 0 and "demo recovered" in res.out and "(dry run)" in res.out, res
+    assert res.code == 0, res
+    assert res.out.splitlines() == [
+        "helmrelease.helm.toolkit.fluxcd.io/demo recovered: deleted revision 2 (uninstalling) "
+        "of release demo; helm-controller will reconcile it again (server dry run)",
+        "would recover 1 of 1 stuck HelmReleases, 0 deferred, 0 skipped, 0 failed "
+        "(server dry run)"]
     hr = cluster.get(ns, "demo")
     assert hr["spec"].get("suspend") is None and C.FENCE not in hr["metadata"]["finalizers"]
     assert C.PROCESSED_ANNOTATION not in (hr["metadata"].get("annotations") or {})
@@ -127,7 +152,7 @@ def test_recover_all_namespaces_with_concurrency(cli, cluster):
             s.__exit__()
     assert res.code == 0, res
     for n in namespaces:
-        assert f"{n}/demo recovered" in res.out
+        assert f"-n {n} helmrelease.helm.toolkit.fluxcd.io/demo recovered" in res.out
         assert cluster.secret_names(n, "demo") == ["sh.helm.release.v1.demo.v1"]
 
 
@@ -184,9 +209,10 @@ def test_release_fence_outcome_lines_and_exit_codes(cli, cluster, ns):
     res = cli("release-fence", "-n", ns)
     assert res.code == 0, res
     out = res.out
-    assert f"released the uninstall fence from {ns}/live" in out
-    assert f"released the uninstall fence from {ns}/orphan without an uninstall" in out
-    assert f"{ns}/coowned without an uninstall" in out
+    assert "helmrelease.helm.toolkit.fluxcd.io/live uninstall fence released\n" in out
+    assert ("helmrelease.helm.toolkit.fluxcd.io/orphan uninstall fence released without an "
+            "uninstall") in out
+    assert "helmrelease.helm.toolkit.fluxcd.io/coowned uninstall fence released without" in out
     assert "released 3 of 3 fenced HelmReleases, 2 without an uninstall" in out
     live = cluster.get(ns, "live")
     assert live["spec"]["suspend"] is False and C.FENCE not in live["metadata"]["finalizers"]
@@ -204,7 +230,8 @@ def test_release_fence_without_patch_permission_is_not_released_and_exits_1(plan
     from tests.conftest import run_cli
     res = run_cli("release-fence", "-n", ns, "--retry-window=1s", kubeconfig=ro)
     assert res.code == 1, res
-    assert f"NOT released {ns}/demo" in res.err and "forbidden" in res.err.lower()
+    assert "helmrelease.helm.toolkit.fluxcd.io/demo NOT released: " in res.err
+    assert "forbidden" in res.err.lower()
     assert "released 0 of 1 fenced HelmReleases" in res.out
     assert C.FENCE in cluster.get(ns, "demo")["metadata"]["finalizers"]
 
@@ -329,7 +356,9 @@ def test_release_fence_dry_run_server_changes_nothing(cli, cluster, ns):
     hold(cluster, ns)
     res = cli("release-fence", "-n", ns, "--dry-run=server", "--wait-uninstall")
     assert res.code == 0, res
-    assert "released 1 of 1 fenced HelmReleases, 0 without an uninstall (dry run)" in res.out
+    assert res.out.splitlines()[-1] == ("would have released 1 of 1 fenced HelmReleases, "
+                                        "0 without an uninstall (server dry run)")
+    assert res.out.splitlines()[0].endswith(" (server dry run)")
     hr = cluster.get(ns, "demo")
     assert hr["spec"]["suspend"] is True and C.FENCE in hr["metadata"]["finalizers"]
 
@@ -342,6 +371,7 @@ def test_release_fence_wait_reports_releases_it_released_while_waiting(cli, clus
     cluster.remove_finalizer(ns, "demo", C.HELM_CONTROLLER_FINALIZER)
     res = cli("release-fence", "-n", ns, "--wait-uninstall", "--timeout=20s")
     assert res.code == 0, res
-    assert f"{ns}/demo without an uninstall" in res.out
+    assert "helmrelease.helm.toolkit.fluxcd.io/demo uninstall fence released without an uninstall" \
+        in res.out
     assert "released 1 of 1 fenced HelmReleases, 1 without an uninstall" in res.out
     assert cluster.get(ns, "demo") is None

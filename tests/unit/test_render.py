@@ -2,11 +2,14 @@
 lines, checked against golden files (regenerate with UPDATE_GOLDEN=1)."""
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 
 import click
 import pytest
+import yaml
 
 from kubectl_flux_plunger.cli import parse_duration, render
 from kubectl_flux_plunger.executor import Outcome
@@ -15,18 +18,59 @@ from kubectl_flux_plunger.verbs.status import Row, _age
 
 pytestmark = pytest.mark.unit
 GOLDEN = Path(__file__).parent / "golden"
+SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "output-schema.json"
+
+def hr_metadata(ns: str, name: str, *, managers: list[dict] | None = None, **extra) -> dict:
+    md = {"name": name, "namespace": ns, "uid": f"uid-{name}", "resourceVersion": "4711",
+          "generation": 3, "creationTimestamp": "2026-11-30T10:00:00Z",
+          "labels": {"app": name}, "finalizers": ["finalizers.fluxcd.io"],
+          "managedFields": managers or [
+              {"manager": "kustomize-controller", "operation": "Apply",
+               "apiVersion": "helm.toolkit.fluxcd.io/v2", "time": "2026-11-30T10:00:00Z",
+               "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {"f:interval": {}}}}]}
+    md.update(extra)
+    return md
+
 
 ROWS = [
     Row("apps", "stuck-one", "stuck", False, "-", 2, "uninstalling", "-", False, "5m", "stuck-one",
-        "apps", "newest revision 2 has status uninstalling and no revision is deployed"),
+        "apps", "newest revision 2 has status uninstalling and no revision is deployed",
+        metadata=hr_metadata("apps", "stuck-one")),
     Row("team-b", "paused", "suspended-by-other", True, "operator(Update)", 1, "deployed", "3",
-        False, "2d", "team-b-paused", "helm", "newest revision 1 is deployed"),
+        False, "2d", "team-b-paused", "helm", "newest revision 1 is deployed",
+        stuck=True, metadata=hr_metadata("team-b", "paused", annotations={
+            "flux-plunger.cozystack.io/last-processed-version": "3"}),
+        suspend_owners=[("operator", "Update")]),
     Row("apps", "going", "delete-held", False, "-", None, "-", "4", True, "90s", "going", "apps",
-        "no Helm storage Secrets"),
+        "no Helm storage Secrets",
+        metadata=hr_metadata("apps", "going", deletionTimestamp="2026-12-01T04:00:00Z",
+                             finalizers=["finalizers.fluxcd.io",
+                                         "flux-plunger.cozystack.io/uninstall-fence"])),
     Row("tenants", "t1-app", "stuck", False, "-", 3, "uninstalling", "-", False, "1m", "app",
         "apps", "newest revision 3 has status uninstalling and no revision is deployed",
-        cluster="https://t1.example:6443"),
+        cluster="https://t1.example:6443", metadata=hr_metadata("tenants", "t1-app")),
 ]
+
+OUTCOMES = [
+    Outcome("apps", "stuck-one", "recovered", "deleted revision 2 (uninstalling) of release "
+            "stuck-one; helm-controller will reconcile it again", row="live-stuck", revision=2,
+            steps=["acquired", "annotated", "deleted", "relinquished"]),
+    Outcome("apps", "y", "deferred", "spec.suspend was taken by another manager",
+            row="live-stuck"),
+    Outcome("apps", "broken", "failed", "Forbidden: secrets is forbidden", row="live-stuck",
+            failed=True),
+]
+PLANNED = [
+    Outcome("apps", "x", "planned", "stuck: recover", row="live-stuck", revision=2,
+            steps=["step one", "step two"]),
+    Outcome("apps", "left", "planned", "ours: relinquish", row="live-suspended-owned",
+            steps=["apply (flux-plunger) without spec.suspend and without the fence"]),
+    Outcome("apps", "other", "planned", "suspended by another manager",
+            row="live-suspended-foreign"),
+]
+FENCES = [FenceResult("a", "live", True, False, ""),
+          FenceResult("a", "orphan", True, True, ""),
+          FenceResult("b", "stuck", False, False, "the fence could not be removed: Forbidden")]
 
 
 def golden(name: str, text: str) -> None:
@@ -38,37 +82,106 @@ def golden(name: str, text: str) -> None:
 
 def test_status_table():
     golden("status.txt", render.status_table(ROWS, all_namespaces=False, wide=False))
+    assert render.status_table(ROWS, all_namespaces=False, wide=False, no_headers=True) == \
+        "\n".join(render.status_table(ROWS, all_namespaces=False, wide=False).splitlines()[1:])
 
 
 def test_status_table_all_namespaces_wide():
     out = render.status_table(ROWS, all_namespaces=True, wide=True)
     assert out.splitlines()[0].split()[:2] == ["NAMESPACE", "NAME"]
+    assert "STORAGE-REV" in out.splitlines()[0].split()   # not flux's REVISION (chart version)
     golden("status-all-wide.txt", out)
 
 
-def test_status_json_and_yaml_and_name():
-    items = [r.as_dict() for r in ROWS]
-    golden("status.json", render.as_json(items, "HelmReleaseStatus"))
-    golden("status.yaml", render.as_yaml(items, "HelmReleaseStatus"))
-    golden("status-name.txt", render.names(items))
+def schema_validator(kind: str):
+    import jsonschema
+
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema)  # the whole schema: one of the documents
+    only = {k: v for k, v in schema.items() if k != "oneOf"}
+    return jsonschema.Draft202012Validator({**only, "$ref": f"#/$defs/{kind}List"},
+                                           format_checker=jsonschema.FormatChecker())
 
 
-def test_outcome_lines():
-    outcomes = [
-        Outcome("apps", "stuck-one", "recovered", "deleted revision 2 (uninstalling) of release "
-                "stuck-one; helm-controller will reconcile it again", row="live-stuck", revision=2),
-        Outcome("apps", "x", "planned", "", row="live-stuck", steps=["step one", "step two"]),
-        Outcome("apps", "y", "deferred", "spec.suspend was taken by another manager"),
-    ]
-    text = "\n".join(render.outcome_line(o, all_namespaces=True) for o in outcomes)
+def test_status_documents_are_versioned_camel_case_and_match_the_schema():
+    doc = render.document("HelmReleaseStatus", [render.status_item(r) for r in ROWS])
+    golden("status.json", render.dump(doc, "json"))
+    golden("status.yaml", render.dump(doc, "yaml"))
+    assert yaml.safe_load(render.dump(doc, "yaml")) == doc
+    schema_validator("HelmReleaseStatus").validate(doc)
+    import jsonschema
+    jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).validate(doc)
+    item = doc["items"][0]
+    assert doc["apiVersion"] == item["apiVersion"] == "flux-plunger.cozystack.io/v1alpha1"
+    assert item["metadata"]["creationTimestamp"] == "2026-11-30T10:00:00Z"  # RFC 3339, as read
+    assert "managedFields" not in item["metadata"]          # hidden, as kubectl hides them
+    assert item["processedRevision"] is None and item["storage"]["latestRevision"] == 2
+    assert doc["items"][2]["storage"]["helmStatus"] is None
+    assert [k for k in _keys(doc) if "_" in k or "-" in k] == []       # camelCase
+    assert '"-"' not in json.dumps(doc)                                   # null, never "-"
+
+
+def _keys(value, skip=("labels", "annotations")):
+    """Every key of the document, but those of labels/annotations (any text is allowed there)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield k
+            if k not in skip:
+                yield from _keys(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _keys(v)
+
+
+def test_recover_and_release_fence_documents_match_the_schema():
+    doc = render.document("RecoveryResult", [render.outcome_item(o, "none") for o in OUTCOMES],
+                          dryRun="none", summary={"recovered": 1, "deferred": 1, "failed": 1})
+    golden("recover.json", render.dump(doc, "json"))
+    schema_validator("RecoveryResult").validate(doc)
+    planned = render.document("RecoveryResult",
+                              [render.outcome_item(o, "client") for o in PLANNED],
+                              dryRun="client", summary={"planned": 3})
+    schema_validator("RecoveryResult").validate(planned)
+    fences = render.document("FenceRelease", [render.fence_item(r, "none") for r in FENCES],
+                             dryRun="none")
+    golden("release-fence.json", render.dump(fences, "json"))
+    schema_validator("FenceRelease").validate(fences)
+    bad = json.loads(json.dumps(doc))
+    bad["items"][0]["revision"] = "2"
+    import jsonschema
+    with pytest.raises(jsonschema.ValidationError):
+        schema_validator("RecoveryResult").validate(bad)
+
+
+def test_names():
+    golden("status-name.txt", render.names((r.namespace, r.name) for r in ROWS))
+
+
+def test_outcome_lines_are_kubectl_references_under_all_namespaces():
+    text = "\n".join(render.outcome_line(o, all_namespaces=True) for o in OUTCOMES)
     golden("outcomes.txt", text)
+    for line in text.splitlines():
+        assert re.match(r"-n [a-z0-9-]+ helmrelease\.helm\.toolkit\.fluxcd\.io/[a-z0-9-]+ ", line)
+    one = render.outcome_line(OUTCOMES[0], all_namespaces=False)
+    assert one.startswith("helmrelease.helm.toolkit.fluxcd.io/stuck-one recovered: ")
+
+
+def test_dry_run_says_so_on_every_line():
+    client = [render.outcome_line(o, all_namespaces=False, dry_run="client") for o in PLANNED]
+    golden("outcomes-dry-run.txt", "\n".join(client))
+    assert [c.splitlines()[0] for c in client] == [
+        "helmrelease.helm.toolkit.fluxcd.io/x would recover (dry run)",
+        "helmrelease.helm.toolkit.fluxcd.io/left would lift flux-plunger's suspension (dry run)",
+        "helmrelease.helm.toolkit.fluxcd.io/other unchanged: suspended by another manager "
+        "(dry run)"]
+    server = render.outcome_line(OUTCOMES[0], all_namespaces=False, dry_run="server")
+    assert server.endswith(" (server dry run)")
 
 
 def test_release_fence_lines_and_summary():
-    results = [FenceResult("a", "live", True, False, ""),
-               FenceResult("a", "orphan", True, True, ""),
-               FenceResult("b", "stuck", False, False, "the fence could not be removed: Forbidden")]
-    golden("release-fence.txt", "\n".join([r.line() for r in results] + [summary(results)]))
+    golden("release-fence.txt", "\n".join(
+        [render.fence_line(r, all_namespaces=True) for r in FENCES] + [summary(FENCES)]))
 
 
 def test_table_cells():

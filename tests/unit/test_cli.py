@@ -1,0 +1,163 @@
+"""The command line as a user meets it before any cluster answers, run as the real installed
+executables (`kubectl-flux_plunger`, and `flux-plunger` exec'ed the way flux execs a plugin).
+
+hack/test.sh also runs this file with the lowest click the package allows (pyproject's
+``click>=`` bound, installed with ``pip --target`` and put first on PYTHONPATH), so both ends
+of the supported click range are tested.
+
+* no verb: the help on stdout, exit 0 (kubectl and flux do the same; click >= 8.2 alone
+  would make it a usage error);
+* flags typed before the verb (`flux -n team-b plunger status` runs
+  `flux-plunger -n team-b status`) reach the verb;
+* no kubeconfig at all: one kubectl-like line naming the files looked at and how to point
+  at a cluster;
+* every verb's help ends with `Examples:` using the name it was called by;
+* kubectl's connection flags exist on every cluster verb and refuse bad combinations.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+VENV_BIN = Path(sys.executable).parent
+VERBS = ["status", "recover", "resume-owned", "release-fence", "restore", "version", "serve"]
+CLUSTER_VERBS = ["status", "recover", "resume-owned", "release-fence", "restore", "version"]
+
+
+def run(*args: str, prog: str = "kubectl-flux_plunger", home: Path | None = None,
+        **env: str) -> subprocess.CompletedProcess:
+    e = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    if home is not None:
+        e["HOME"] = str(home)
+    e.update(env)
+    exe = VENV_BIN / prog
+    return subprocess.run([str(exe), *args], executable=str(exe), capture_output=True,
+                          text=True, env=e, timeout=60, stdin=subprocess.DEVNULL)
+
+
+def test_click_in_use_is_within_the_pinned_range():
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    req = next(Requirement(r) for r in metadata.requires("kubectl-flux-plunger") or []
+               if Requirement(r).name == "click")
+    assert req.specifier.contains(metadata.version("click")), (str(req), metadata.version("click"))
+    assert str(req.specifier) and "<" in str(req.specifier)   # an upper bound is pinned
+
+
+@pytest.mark.parametrize("prog, name", [("kubectl-flux_plunger", "kubectl flux-plunger"),
+                                        ("flux-plunger", "flux plunger")])
+def test_no_verb_prints_the_help_and_succeeds(prog, name):
+    p = run(prog=prog)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == ""
+    assert p.stdout.startswith(f"Usage: {name} ")
+    assert "Commands:" in p.stdout and "Examples:" in p.stdout
+
+
+@pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.parametrize("prog, name", [("kubectl-flux_plunger", "kubectl flux-plunger"),
+                                        ("flux-plunger", "flux plunger")])
+def test_every_verb_help_has_examples(verb, prog, name):
+    p = run(verb, "--help", prog=prog)
+    assert p.returncode == 0, p.stderr
+    examples = p.stdout.split("\nExamples:\n", 1)
+    assert len(examples) == 2, p.stdout
+    commands = [line.strip() for line in examples[1].splitlines()
+                if line.strip() and not line.strip().startswith("#")]
+    assert commands and all(c.startswith(f"{name} {verb}") for c in commands), commands
+
+
+@pytest.mark.parametrize("verb", CLUSTER_VERBS)
+def test_kubectl_connection_flags_are_on_every_cluster_verb(verb):
+    out = run(verb, "--help").stdout
+    for flag in ("--kubeconfig", "--context", "--request-timeout", "--server", "--token",
+                 "--user", "--cluster", "--certificate-authority", "--insecure-skip-tls-verify",
+                 "--as", "--as-group"):
+        assert f"{flag} " in out, (verb, flag)
+    if verb == "status":
+        assert "-w, --watch" in out and "--no-headers" in out
+
+
+def test_no_kubeconfig_at_all_says_what_kubectl_says(tmp_path):
+    p = run("status", home=tmp_path)
+    assert p.returncode == 1
+    assert p.stdout == ""
+    assert p.stderr == (
+        "error: no configuration has been provided: KUBECONFIG is not set, "
+        f"{tmp_path}/.kube/config does not exist, and this is not a pod "
+        "(KUBERNETES_SERVICE_HOST is not set); point at a cluster with --kubeconfig FILE, "
+        "KUBECONFIG=FILE or --server URL\n")
+    p = run("recover", home=tmp_path, KUBECONFIG=f"{tmp_path}/a{os.pathsep}{tmp_path}/b")
+    assert p.returncode == 1
+    assert p.stderr.startswith("error: no configuration has been provided: none of the files "
+                               f"in KUBECONFIG exists ({tmp_path}/a, {tmp_path}/b), ")
+
+
+@pytest.mark.parametrize("args", [
+    ["-n", "team-b", "status"], ["--namespace=team-b", "status"], ["-nteam-b", "status"],
+    ["--request-timeout", "5s", "-n", "team-b", "recover", "--dry-run"],
+    ["--as", "jane", "--as-group", "ops", "status", "-A"],
+])
+def test_flags_before_the_verb_reach_it_like_flux_passes_them(args, tmp_path):
+    """flux execs `flux-plunger <words before and after 'plunger'>`: the verb must run (here
+    it stops at the missing kubeconfig, i.e. after parsing every flag)."""
+    p = run(*args, prog="flux-plunger", home=tmp_path)
+    assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith("error: no configuration has been provided"), p.stderr
+
+
+def test_namespace_before_a_verb_without_namespaces_is_ignored_like_kubectl(tmp_path):
+    p = run("-n", "team-b", "version", "--client", prog="flux-plunger", home=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("Client Version: ")
+
+
+def test_an_unknown_flag_before_the_verb_is_a_usage_error(tmp_path):
+    p = run("--verbose", "status", prog="flux-plunger", home=tmp_path)
+    assert p.returncode == 2
+    assert p.stderr.startswith("error: No such option") and "--verbose" in p.stderr
+    assert p.stderr.endswith("See 'flux plunger --help' for usage.\n")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["status", "--certificate-authority", "/x", "--insecure-skip-tls-verify"],
+     "specifying a root certificates file with the insecure flag is not allowed"),
+    (["status", "--as-group", "ops"], "requesting groups without impersonating a user"),
+])
+def test_bad_flag_combinations_are_usage_errors(args, message, tmp_path):
+    p = run(*args, home=tmp_path)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.startswith(f"error: {message}")
+
+
+def test_server_alone_needs_no_kubeconfig(tmp_path):
+    """kubectl --server URL works without any kubeconfig; here nothing listens there."""
+    p = run("status", "--server", "https://127.0.0.1:9", "--request-timeout", "2s",
+            home=tmp_path)
+    assert p.returncode == 1
+    assert p.stderr.startswith("error: cannot reach the Kubernetes API at https://127.0.0.1:9"), \
+        p.stderr
+
+
+@pytest.mark.parametrize("value", ["1d", "-5s", "soon"])
+def test_durations_are_go_durations(value, tmp_path):
+    p = run("status", "--request-timeout", value, home=tmp_path)
+    assert p.returncode == 2
+    assert "invalid duration" in p.stderr
+
+
+@pytest.mark.parametrize("prog", ["kubectl-flux_plunger", "flux-plunger"])
+def test_cobra_complete_protocol(prog, tmp_path):
+    """What `flux plunger <TAB>` and kubectl's completion helper run."""
+    p = run("__complete", "re", prog=prog, home=tmp_path)
+    assert p.returncode == 0 and p.stdout == "recover\nrelease-fence\nresume-owned\n:4\n"
+    p = run("__complete", "-n", "x", "status", "-o", "j", prog=prog, home=tmp_path)
+    assert p.stdout == "json\n:4\n"
+    # no cluster to ask: no namespaces, still a well-formed answer
+    p = run("__complete", "status", "-n", "", prog=prog, home=tmp_path)
+    assert p.returncode == 0 and p.stdout == ":4\n"
