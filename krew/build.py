@@ -12,8 +12,9 @@ committed manifest with ``python3 krew/build.py`` (it rewrites krew/flux-plunger
 
 The archive (every entry a regular file or directory; krew refuses anything else):
 
-    kubectl-flux_plunger            0755  launcher: finds python3 >= 3.10, runs with -I -S
-    kubectl_complete-flux_plunger   0755  kubectl's plugin-completion helper
+    kubectl-flux_plunger            0755  launcher: finds python3 >= 3.10 (one start), runs
+                                          isolated; linked as kubectl_complete-flux_plunger
+                                          it answers kubectl's completion requests
     LICENSE                               Apache-2.0 (krew's validator requires a licence file)
     kubectl_flux_plunger/                 the package, *.py only
     lib/                                  vendored dependencies, pure Python only
@@ -52,11 +53,10 @@ ROOT = HERE.parent
 PACKAGE = "kubectl_flux_plunger"
 PLUGIN = "flux-plunger"
 BIN = "kubectl-flux_plunger"
-COMPLETION = "kubectl_complete-flux_plunger"
 DEFAULT_REPO = "cozystack/kubectl-flux-plunger"
 DEFAULT_EPOCH = 315532800  # 1980-01-01T00:00:00Z
 PYTHON_FLOOR = "3.10"
-EXECUTABLES = {BIN, COMPLETION}
+EXECUTABLES = {BIN}
 # The only compiled files the vendored wheels may bring; deleted (see requirements-pyyaml.txt).
 STRIPPABLE = re.compile(r"^yaml/_yaml\.[^/]*\.(so|pyd)$")
 COMPILED_SUFFIXES = (".so", ".pyd", ".dylib", ".dll", ".exe")
@@ -193,8 +193,7 @@ def vendor(lib: Path, wheels: Path, cache: Path | None) -> list[str]:
 
 
 def stage(staging: Path, wheels: Path, cache: Path | None = None) -> list[str]:
-    for name in (BIN, COMPLETION):
-        shutil.copyfile(HERE / name, staging / name)
+    shutil.copyfile(HERE / BIN, staging / BIN)
     shutil.copyfile(ROOT / "LICENSE", staging / "LICENSE")
     src = ROOT / PACKAGE
     for path in sorted(src.rglob("*.py")):

@@ -141,14 +141,12 @@ def test_archive_holds_launcher_package_pure_libraries_and_licence(built):
     assert {(m.uid, m.gid, m.uname, m.gname) for m in members} == {(0, 0, "", "")}
     assert all(m.isfile() or m.isdir() for m in members)  # krew refuses anything else
     modes = {m.name: m.mode for m in members}
-    assert modes["kubectl-flux_plunger"] == modes["kubectl_complete-flux_plunger"] == 0o755
-    assert {mode for name, mode in modes.items()
-            if name not in ("kubectl-flux_plunger", "kubectl_complete-flux_plunger")} \
+    assert modes["kubectl-flux_plunger"] == 0o755
+    assert {mode for name, mode in modes.items() if name != "kubectl-flux_plunger"} \
         <= {0o644, 0o755}
     assert "LICENSE" in names and "kubectl_flux_plunger/cli/__init__.py" in names
     top = {n.split("/")[0] for n in names}
-    assert top == {"LICENSE", "kubectl-flux_plunger", "kubectl_complete-flux_plunger",
-                   "kubectl_flux_plunger", "lib"}
+    assert top == {"LICENSE", "kubectl-flux_plunger", "kubectl_flux_plunger", "lib"}
     lib_top = {n.split("/")[1].removesuffix(".py") for n in names if n.startswith("lib/")}
     lib_top = {n for n in lib_top if not n.endswith(".dist-info")}
     assert lib_top - {"jsonpatch-stubs", "jsonpointer-stubs"} == VENDORED
@@ -370,4 +368,58 @@ def test_launcher_falls_back_to_a_versioned_python3(installed, tmp_path):
                           env={"PATH": f"{installed / 'bin'}:{only}", "HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == f"Client Version: {VERSION}\n"
-    assert "-I -S -c" in marker.read_text()  # the bundle ran isolated on that interpreter
+    calls = marker.read_text().splitlines()
+    assert len(calls) == 1, calls             # python started once: no separate version probe
+    assert calls[0].startswith("-E -s -S -c ")  # the bundle ran isolated on that interpreter
+
+
+def test_python_starts_once(installed, tmp_path):
+    marker = tmp_path / "used"
+    wrapper = tmp_path / "python-wrapper"
+    wrapper.write_text(f'#!/bin/sh\necho run >> {marker}\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    only = _bin_with(tmp_path, python3=str(wrapper))
+    proc = subprocess.run([KUBECTL, "flux-plunger", "version", "--client"], capture_output=True,
+                          text=True, timeout=60,
+                          env={"PATH": f"{installed / 'bin'}:{only}", "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    assert marker.read_text() == "run\n"
+
+
+def test_FLUX_PLUNGER_PYTHON_pointing_at_nothing_says_so(installed, tmp_path):
+    only = _bin_with(tmp_path, python3=sys.executable)
+    proc = subprocess.run([KUBECTL, "flux-plunger", "version", "--client"], capture_output=True,
+                          text=True, timeout=60,
+                          env={"PATH": f"{installed / 'bin'}:{only}", "HOME": str(tmp_path),
+                               "FLUX_PLUNGER_PYTHON": "/opt/nowhere/python3"})
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    assert proc.stderr == ("error: FLUX_PLUNGER_PYTHON is set to /opt/nowhere/python3, which is "
+                           "not an executable (unset it to use python3 from PATH)\n")
+
+
+def test_completion_link_completes_through_kubectl_and_dies_with_the_plugin(
+        built, committed, krew_bin, tmp_path):
+    """The caveat's link (kubectl_complete-flux_plunger -> kubectl-flux_plunger in krew's
+    bin) answers `kubectl __complete flux-plunger ...`; after `krew uninstall` it points at
+    nothing, so kubectl offers no plugin completion and runs nothing of ours."""
+    archive, _ = built
+    env = krew_env(tmp_path, krew_bin)
+    proc = subprocess.run([KUBECTL, "krew", "install", f"--manifest={committed}",
+                           f"--archive={archive}"], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    caveat = [line.strip() for line in (proc.stdout + proc.stderr).splitlines()
+              if line.strip().startswith("ln -sf ")]
+    assert caveat, proc.stdout + proc.stderr
+    subprocess.run(["/bin/sh", "-c", caveat[0]], check=True, env=env, timeout=30)
+    done = subprocess.run([KUBECTL, "__complete", "flux-plunger", "st"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["status", ":4"]
+    proc = subprocess.run([KUBECTL, "krew", "uninstall", "flux-plunger"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    gone = subprocess.run([KUBECTL, "__complete", "flux-plunger", "st"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert "status" not in gone.stdout.splitlines()
