@@ -319,13 +319,14 @@ def _load_client_configuration(kubeconfig: str | None, context: str | None,
             loader = _get_kube_config_loader(filename=os.pathsep.join(existing),
                                              active_context=context, persist_config=False)
             if o.user is not None:
-                users = loader._config.safe_get("users")
+                users = loader._config["users"] if loader._config.safe_get("users") else None
                 user = users.get_with_name(o.user, safe=True) if users else None
                 if user is None:
                     raise ConfigError(f'auth info "{o.user}" does not exist')
                 loader._user = user["user"]
             if o.cluster is not None:
-                clusters = loader._config.safe_get("clusters")
+                clusters = (loader._config["clusters"] if loader._config.safe_get("clusters")
+                            else None)
                 cluster = clusters.get_with_name(o.cluster, safe=True) if clusters else None
                 if cluster is None:
                     raise ConfigError(f'cluster "{o.cluster}" does not exist')
@@ -659,6 +660,29 @@ class Kube:
     def update_lease(self, namespace: str, name: str, body: dict) -> dict:
         return self.request("UPDATE", "PUT", lease_path(namespace, name), body=body,
                             content_type=JSON)
+
+    # -- the controller's Deployment (release-fence --stop-deployment) --------------
+
+    def get_deployment(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.request("GET", "GET", f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}"
+                                f"/deployments/{quote(name, safe='')}")
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    def scale_deployment(self, namespace: str, name: str, replicas: int) -> dict:
+        """Merge patch of the scale subresource (what `kubectl scale` sends)."""
+        return self.request("PATCH", "PATCH", f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}"
+                            f"/deployments/{quote(name, safe='')}/scale",
+                            body={"spec": {"replicas": replicas}}, content_type=MERGE_PATCH,
+                            write=True)
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[dict]:
+        out = self.request("LIST", "GET", core_path("pods", namespace),
+                           query={"labelSelector": label_selector})
+        return out.get("items") or []
 
     # -- discovery -----------------------------------------------------------------
 

@@ -3,6 +3,7 @@ matters) against the real apiserver: output formats, exit codes, dry runs, relea
 outcome lines, bad input, and a ServiceAccount bound to exactly the RBAC the CLI needs."""
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -375,3 +376,102 @@ def test_release_fence_wait_reports_releases_it_released_while_waiting(cli, clus
         in res.out
     assert "released 1 of 1 fenced HelmReleases, 1 without an uninstall" in res.out
     assert cluster.get(ns, "demo") is None
+
+
+# -- kubectl's connection flags ------------------------------------------------------------
+
+def _token_of(kubeconfig) -> str:
+    return yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
+
+
+def test_token_server_and_certificate_authority_without_any_kubeconfig(plane, ns, tmp_path):
+    from tests.conftest import run_cli
+    kc = service_account_kubeconfig(plane, "bytoken", namespace=ns, cluster_rules=CLI_RULES)
+    token = _token_of(kc)
+    env = {"HOME": str(tmp_path)}            # no ~/.kube/config, no KUBECONFIG
+    base = ("status", "-n", ns, "--server", plane.server, "--token", token)
+    ok = run_cli(*base, "--certificate-authority", str(plane.files["serving_ca"]), env=env)
+    assert ok.code == 0, ok
+    assert ok.err == f"No resources found in {ns} namespace.\n"
+    insecure = run_cli(*base, "--insecure-skip-tls-verify", env=env)
+    assert insecure.code == 0, insecure
+    untrusted = run_cli(*base, env=env)      # the serving CA is not in the system's bundle
+    assert untrusted.code == 1 and untrusted.err.startswith("error: cannot reach the Kubernetes API")
+    mark = plane.audit_mark()
+    assert run_cli(*base, "--insecure-skip-tls-verify", env=env).code == 0
+    users = {e["user"]["username"] for e in plane.audit_events(mark, user_agent="kubectl-flux-plunger")}
+    assert users == {f"system:serviceaccount:{ns}:bytoken"}
+
+
+def test_user_and_cluster_pick_kubeconfig_entries(plane, ns, tmp_path):
+    from tests.conftest import run_cli
+    kc = service_account_kubeconfig(plane, "picked", namespace=ns, cluster_rules=CLI_RULES)
+    admin = yaml.safe_load(plane.kubeconfig.read_text())
+    cfg = copy.deepcopy(admin)
+    cfg["users"].append({"name": "sa", "user": {"token": _token_of(kc)}})
+    cfg["clusters"].append({"name": "nowhere", "cluster": {"server": "https://127.0.0.1:9"}})
+    multi = tmp_path / "multi.kubeconfig"
+    multi.write_text(yaml.safe_dump(cfg))
+    mark = plane.audit_mark()
+    res = run_cli("status", "-n", ns, "--user", "sa", kubeconfig=multi)
+    assert res.code == 0, res
+    users = {e["user"]["username"] for e in plane.audit_events(mark, user_agent="kubectl-flux-plunger")}
+    assert users == {f"system:serviceaccount:{ns}:picked"}
+    down = run_cli("status", "-n", ns, "--cluster", "nowhere", "--request-timeout=3s",
+                   kubeconfig=multi)
+    assert down.code == 1 and "https://127.0.0.1:9" in down.err, down
+    for flag, name, what in (("--user", "nobody", "auth info"), ("--cluster", "none", "cluster")):
+        bad = run_cli("status", flag, name, kubeconfig=multi)
+        assert bad.code == 1 and bad.err == f'error: {what} "{name}" does not exist\n', bad
+
+
+def test_as_and_as_group_impersonate(cli, plane, ns):
+    mark = plane.audit_mark()
+    res = cli("status", "-n", ns, "--as", "jane", "--as-group", "ops", "--as-group", "devs")
+    # jane has no rights: the apiserver answers as it would answer jane
+    assert res.code == 1 and res.err.startswith("error: Forbidden: "), res
+    assert 'User "jane"' in res.err
+    events = plane.audit_events(mark, user_agent="kubectl-flux-plunger")
+    assert events and all(e.get("impersonatedUser", {}).get("username") == "jane"
+                          and e["impersonatedUser"].get("groups", [])[:2] == ["ops", "devs"]
+                          for e in events), [(e.get("requestURI"), e.get("user"),
+                                              e.get("impersonatedUser")) for e in events]
+
+
+# -- status --watch ------------------------------------------------------------------------
+
+def test_status_watch_prints_each_change_without_a_header_again(plane, cluster, ns):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    stuck_release(cluster, ns)
+    env = dict(os.environ, KUBECONFIG=str(plane.kubeconfig))
+    proc = subprocess.Popen([sys.executable, "-m", "kubectl_flux_plunger", "status", "-n", ns,
+                             "--watch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        lines = []
+        deadline = time.monotonic() + 60
+
+        def read_until(pred):
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                lines.append(line.rstrip("\n"))
+                if pred(lines[-1]):
+                    return
+            raise AssertionError(f"no such line in {lines!r}")
+
+        read_until(lambda l: l.split()[:2] == ["demo", "stuck"])
+        assert lines[0].split()[0] == "NAME"
+        cluster.create_hr(ns, "later")
+        cluster.storage(ns, "later", [(1, "superseded"), (2, "uninstalling")])
+        cluster.make_stuck(ns, "later")
+        read_until(lambda l: l.split()[:2] == ["later", "stuck"])
+        assert sum(l.split()[0] == "NAME" for l in lines) == 1
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -83,6 +83,51 @@ def test_links_the_pip_installed_flux_plunger_into_FLUXCD_PLUGINS(plane, cluster
     assert "See 'flux plunger status --help' for usage." in bad.stderr
 
 
+def test_flags_typed_before_the_plugin_name_reach_the_verb(plane, cluster, tmp_path):
+    """`flux -n NS plunger status`: cobra finds `plunger` past the root's flags and the plugin
+    command (DisableFlagParsing) gets every other word, so flux execs
+    `flux-plunger -n NS status` (cmd/flux/plugin.go, internal/plugin/exec_unix.go)."""
+    plugins = tmp_path / "plugins"
+    env = {"PATH": f"{VENV_BIN}:{SYSTEM_PATH}", "HOME": str(tmp_path / "home"),
+           "FLUXCD_PLUGINS": str(plugins)}
+    assert install(env).returncode == 0
+    link = plugins / "flux-plunger"
+    ns = cluster.namespace("teamb")
+    cluster.create_hr(ns, "demo")
+    cluster.storage(ns, "demo", [(1, "superseded"), (2, "uninstalling")])
+    cluster.make_stuck(ns, "demo")
+    run_env = dict(env, KUBECONFIG=str(plane.kubeconfig))
+    for argv in (["-n", ns, "status"], [f"--namespace={ns}", "status"],
+                 ["--kubeconfig", str(plane.kubeconfig), "-n", ns, "status", "-o", "name"]):
+        res = exec_like_flux(link, *argv, env=run_env)
+        assert res.returncode == 0, (argv, res.stderr)
+        assert "demo" in res.stdout and "NAMESPACE" not in res.stdout, (argv, res.stdout)
+    # `flux -n NS plunger version`: -n means nothing to version and is ignored, like kubectl
+    res = exec_like_flux(link, "-n", ns, "version", "--client", env=run_env)
+    assert res.returncode == 0 and res.stdout.startswith("Client Version: "), res.stderr
+
+
+def test_flux_completion_protocol_offers_namespaces_and_releases(plane, cluster, tmp_path):
+    """`flux plunger status -n <TAB>` runs `flux-plunger __complete status -n ''`
+    (internal/plugin/completion.go): namespaces, then HelmRelease names, from the cluster."""
+    plugins = tmp_path / "plugins"
+    env = {"PATH": f"{VENV_BIN}:{SYSTEM_PATH}", "HOME": str(tmp_path / "home"),
+           "FLUXCD_PLUGINS": str(plugins), "KUBECONFIG": str(plane.kubeconfig)}
+    assert install(env).returncode == 0
+    link = plugins / "flux-plunger"
+    ns = cluster.namespace("compl")
+    cluster.create_hr(ns, "alpha")
+    cluster.create_hr(ns, "beta")
+    res = exec_like_flux(link, "__complete", "status", "-n", ns[:-2], env=env)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert ns in lines[:-1] and lines[-1] == ":4", res.stdout
+    res = exec_like_flux(link, "__complete", "recover", "-n", ns, "alpha", "", env=env)
+    assert res.stdout.splitlines() == ["beta", ":4"]
+    res = exec_like_flux(link, "__complete", "-n", ns, "status", "a", env=env)
+    assert res.stdout.splitlines() == ["alpha", ":4"]
+
+
 def test_defaults_to_the_home_plugin_directory(tmp_path):
     home = tmp_path / "home"
     env = {"PATH": f"{VENV_BIN}:{SYSTEM_PATH}", "HOME": str(home)}
