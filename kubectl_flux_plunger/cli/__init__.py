@@ -543,12 +543,20 @@ def resume_owned(kubeconfig: str | None, kube_context: str | None,
                    "(0: no global deadline), e.g. from an uninstall hook's activeDeadlineSeconds.")
 @click.option("--concurrency", type=click.IntRange(1, 64), default=8, show_default=True,
               help="Releases handled at once.")
+@click.option("--stop-deployment", metavar="NS/NAME",
+              help="First scale the controller's Deployment NS/NAME to zero and wait for its "
+                   "pods (what the chart's uninstall hook runs); no fence is touched unless "
+                   "the scale succeeded.")
+@click.option("--stop-timeout", type=DURATION, default="100s", show_default=True,
+              help="How long --stop-deployment waits for the pods to go (and, when some did "
+                   "not, once more after the sweep before looking for fences set behind it).")
 @_api_errors
 def release_fence(kubeconfig: str | None, kube_context: str | None,
                   request_timeout: float | None, namespace: str | None, all_namespaces: bool,
                   selector: str | None, names: tuple[str, ...], output: str, no_headers: bool,
                   dry_run: str, wait_uninstall: bool, timeout: float,
-                  retry_window: float, deadline: float, concurrency: int) -> None:
+                  retry_window: float, deadline: float, concurrency: int,
+                  stop_deployment: str | None, stop_timeout: float) -> None:
     """Remove flux-plunger's uninstall fence (what uninstalling the controller runs).
 
     Lifts suspensions flux-plunger alone owns, removes every copy of the fence, and
@@ -562,9 +570,19 @@ def release_fence(kubeconfig: str | None, kube_context: str | None,
 
     import time
 
+    stop_ref: tuple[str, str] | None = None
+    if stop_deployment is not None:
+        dep_ns, _, dep_name = stop_deployment.partition("/")
+        if not dep_ns or not dep_name or "/" in dep_name:
+            raise click.BadParameter(f"{stop_deployment!r} is not NAMESPACE/NAME",
+                                     param_hint="--stop-deployment")
+        stop_ref = (dep_ns, dep_name)
     s = Session(kubeconfig, kube_context, request_timeout, namespace, all_namespaces,
                 selector, names, dry_run)
     all_ns = s.selection.all_namespaces
+    stopped = _stop_controller(s, stop_ref, stop_timeout, retry_window, dry_run) \
+        if stop_ref else None
+    # the global deadline counts from here: the stop before it is bounded on its own
     ends = time.monotonic() + deadline if deadline else None
     releases, missing = fetch(s.kube, s.selection)
     for m in missing:
@@ -596,6 +614,22 @@ def release_fence(kubeconfig: str | None, kube_context: str | None,
         released_waiting = []
     results = released_waiting + verb.run(s.kube, fenced, window=retry_window, deadline=ends,
                                           concurrency=concurrency)
+    if stopped is not None and (stopped.pods_left or stopped.pods_unknown):
+        # a controller pod that did not go may fence a release behind the sweep: give it
+        # the stop timeout once more to go, then look for fences again
+        from ..verbs.stop import wait_for_pods
+        if stopped.selector and stop_ref:
+            again_for = stop_timeout if ends is None else \
+                max(0.0, min(stop_timeout, ends - time.monotonic()))
+            wait_for_pods(s.kube, stop_ref[0], stopped.selector, again_for)
+        again, _ = fetch(s.kube, s.selection)
+        refenced = {(hr["metadata"]["namespace"], hr["metadata"]["name"])
+                    for hr in again if detect.is_fenced(hr)}
+        refenced -= {(r.namespace, r.name) for r in results if not r.released}
+        results = [r for r in results if (r.namespace, r.name) not in refenced] + [
+            verb.FenceResult(ns, n, False, False,
+                             "fenced after the sweep; a flux-plunger is still running")
+            for ns, n in sorted(refenced)]
     if output in ("json", "yaml"):
         click.echo(render.dump(render.document(
             "FenceRelease", [render.fence_item(r, dry_run) for r in results],
@@ -613,6 +647,34 @@ def release_fence(kubeconfig: str | None, kube_context: str | None,
         click.echo(text)
     ok = all(r.released for r in results) and not missing
     raise SystemExit(int(Exit.OK if ok else Exit.FAILURE))
+
+
+def _stop_controller(s: Session, ref: tuple[str, str], wait: float, window: float,
+                     dry_run: str) -> Any:
+    """``release-fence --stop-deployment``: progress on stderr (stdout stays the result)."""
+    from ..verbs import stop as verb
+    from .render import DRY_SUFFIX
+
+    ns, name = ref
+    if dry_run == "client":
+        click.echo(f"would scale Deployment {ns}/{name} to zero (dry run)", err=True)
+        return None
+    try:
+        stopped = verb.stop(s.kube, ns, name, wait=wait, window=window,
+                            dry_run=(dry_run == "server"))
+    except verb.StopError as exc:
+        fail(f"{exc}; no fence was touched")
+    if not stopped.found:
+        click.echo(f"no Deployment {ns}/{name}; nothing to stop", err=True)
+    else:
+        click.echo(f"scaled Deployment {ns}/{name} to zero{DRY_SUFFIX[dry_run]}", err=True)
+    if stopped.pods_left:
+        click.echo("warning: flux-plunger pods are still running, releasing anyway: "
+                   + " ".join(stopped.pods_left), err=True)
+    elif stopped.pods_unknown:
+        click.echo("warning: could not tell whether flux-plunger pods are still running; "
+                   "releasing anyway", err=True)
+    return stopped
 
 
 @cli.command()

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KREW = ROOT / "krew"
 MANIFEST = KREW / "flux-plunger.yaml"
 SCRIPTS = [KREW / "kubectl-flux_plunger", KREW / "kubectl_complete-flux_plunger",
-           KREW / "install-flux-plugin.sh", ROOT / "controller" / "uninstall-cleanup.sh"]
+           KREW / "install-flux-plugin.sh"]
 SUPPORTED = {("windows", "386"), ("windows", "amd64"), ("windows", "arm64"), ("linux", "386"),
              ("linux", "amd64"), ("linux", "arm"), ("linux", "arm64"), ("linux", "ppc64le"),
              ("darwin", "386"), ("darwin", "amd64"), ("darwin", "arm64")}
@@ -117,12 +117,6 @@ def test_shipped_scripts_are_executable_posix_sh(script):
     assert script.read_text().startswith("#!/bin/sh\n")
     proc = subprocess.run(["/bin/sh", "-n", str(script)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-
-
-def test_uninstall_cleanup_is_the_file_the_chart_embeds():
-    link = ROOT / "controller" / "uninstall-cleanup.sh"
-    assert link.is_symlink()
-    assert link.resolve() == ROOT / "controller" / "chart" / "flux-plunger" / "files" / "uninstall-cleanup.sh"
 
 
 def test_build_guard_finds_compiled_files(tmp_path):

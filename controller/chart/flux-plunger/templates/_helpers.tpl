@@ -17,9 +17,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "flux-plunger.image" -}}
-{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
-{{- printf "%s:%s" .Values.image.repository $tag -}}
-{{- with .Values.image.digest }}@{{ . }}{{ end -}}
+{{- $i := .Values.image -}}
+{{- $tag := $i.tag | default .Chart.AppVersion -}}
+{{- with $i.registry }}{{ trimSuffix "/" . }}/{{ end -}}
+{{- printf "%s:%s" $i.repository $tag -}}
+{{- with $i.digest }}@{{ . }}{{ end -}}
 {{- end -}}
 
 {{/* shutdownGracePeriodSeconds, validated: a whole number of seconds in 40..140. */}}

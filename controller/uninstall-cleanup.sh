@@ -1,1 +1,0 @@
-chart/flux-plunger/files/uninstall-cleanup.sh
