@@ -356,7 +356,7 @@ def test_launcher_falls_back_to_a_versioned_python3(installed, tmp_path):
     """python3 is too old (when an old one exists) but python3.N is new enough: it runs."""
     marker = tmp_path / "used"
     wrapper = tmp_path / "python-wrapper"
-    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {marker}\nexec {sys.executable} "$@"\n')
+    wrapper.write_text(f'#!/bin/sh\necho "$1 $2 $3 $4" >> {marker}\nexec {sys.executable} "$@"\n')
     wrapper.chmod(0o755)
     minor = f"python3.{sys.version_info[1]}"
     links = {minor: str(wrapper)}
@@ -370,7 +370,7 @@ def test_launcher_falls_back_to_a_versioned_python3(installed, tmp_path):
     assert proc.stdout == f"Client Version: {VERSION}\n"
     calls = marker.read_text().splitlines()
     assert len(calls) == 1, calls             # python started once: no separate version probe
-    assert calls[0].startswith("-E -s -S -c ")  # the bundle ran isolated on that interpreter
+    assert calls[0] == "-E -s -S -c"          # the bundle ran isolated on that interpreter
 
 
 def test_python_starts_once(installed, tmp_path):
@@ -409,8 +409,8 @@ def test_completion_link_completes_through_kubectl_and_dies_with_the_plugin(
                            f"--archive={archive}"], capture_output=True, text=True, env=env,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
-    caveat = [line.strip() for line in (proc.stdout + proc.stderr).splitlines()
-              if line.strip().startswith("ln -sf ")]
+    caveat = [line[line.index("ln -sf "):] for line in (proc.stdout + proc.stderr).splitlines()
+              if "ln -sf " in line]
     assert caveat, proc.stdout + proc.stderr
     subprocess.run(["/bin/sh", "-c", caveat[0]], check=True, env=env, timeout=30)
     done = subprocess.run([KUBECTL, "__complete", "flux-plunger", "st"], capture_output=True,
