@@ -15,7 +15,7 @@ if [ -z "$src" ]; then
     src=$(command -v flux-plunger 2>/dev/null || command -v kubectl-flux_plunger 2>/dev/null || true)
 fi
 if [ -z "$src" ]; then
-    echo "error: neither flux-plunger nor kubectl-flux_plunger is on PATH; install kubectl-flux-plunger first (pipx install kubectl-flux-plunger, or kubectl krew install flux-plunger)" >&2
+    echo "error: neither flux-plunger nor kubectl-flux_plunger is on PATH; install kubectl-flux-plunger first (pipx install . in a checkout, or kubectl krew install flux-plunger; see docs/INSTALL.md)" >&2
     exit 1
 fi
 case $src in
