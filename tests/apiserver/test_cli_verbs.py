@@ -475,3 +475,37 @@ def test_status_watch_prints_each_change_without_a_header_again(plane, cluster, 
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+# -- completion through kubectl's plugin completion ------------------------------------------
+
+def test_kubectl_completes_namespaces_and_release_names_from_the_cluster(plane, cluster, tmp_path):
+    """`kubectl __complete flux-plunger status -n <TAB>` runs kubectl_complete-flux_plunger
+    (krew/, on PATH next to the pip-installed kubectl-flux_plunger)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    venv = Path(sys.executable).parent
+    (bin_dir / "kubectl-flux_plunger").symlink_to(venv / "kubectl-flux_plunger")
+    helper = Path(__file__).resolve().parents[2] / "krew" / "kubectl_complete-flux_plunger"
+    (bin_dir / "kubectl_complete-flux_plunger").symlink_to(helper)
+    ns = cluster.namespace("kcompl")
+    cluster.create_hr(ns, "alpha")
+    cluster.create_hr(ns, "beta")
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+               KUBECONFIG=str(plane.kubeconfig))
+
+    def complete(*words):
+        p = subprocess.run(["kubectl", "__complete", "flux-plunger", *words],
+                           capture_output=True, text=True, env=env, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return p.stdout.splitlines()
+
+    out = complete("status", "-n", ns[:-1])
+    assert ns in out[:-1] and out[-1] == ":4", out
+    assert complete("recover", "-n", ns, "") == ["alpha", "beta", ":4"]
+    assert complete("recover", "-n", ns, "b") == ["beta", ":4"]
