@@ -250,7 +250,7 @@ def _complete_contexts(ctx: click.Context, param: click.Parameter,
     from ..kube import _client_modules
 
     try:
-        _, config, _ = _client_modules()
+        _, config, _ = _client_modules()  # type: ignore[no-untyped-call,unused-ignore]
         contexts, _active = config.list_kube_config_contexts(
             config_file=ctx.params.get("kubeconfig"))
     except Exception:  # noqa: BLE001 - no kubeconfig: nothing to offer

@@ -32,7 +32,7 @@ def parse_duration(value: str | float | int | None, *, flag: str) -> float | Non
     return float(durationpy.from_str(text).total_seconds())
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType):  # type: ignore[type-arg,unused-ignore]  # generic from click 8.2
     name = "duration"
 
     def convert(self, value: Any, param: click.Parameter | None,

@@ -129,7 +129,7 @@ def names(refs: Iterable[tuple[str, str]]) -> str:
 
 # -- versioned documents --------------------------------------------------------------
 
-def kubectl_metadata(metadata: dict) -> dict:
+def kubectl_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
     """The HelmRelease's metadata as ``kubectl get -o json`` prints it by default."""
     md = copy.deepcopy(metadata)
     md.pop("managedFields", None)
@@ -140,7 +140,7 @@ def _null(value: Any) -> Any:
     return None if value in (None, "", "-") else value
 
 
-def status_item(r: Any) -> dict:
+def status_item(r: Any) -> dict[str, Any]:
     helm_status = r.helm_status if r.helm_status not in ("-", "<remote>", "<unreadable>") else None
     processed = _null(r.processed)
     return {
@@ -165,7 +165,7 @@ def status_item(r: Any) -> dict:
     }
 
 
-def outcome_item(o: Any, dry_run: str) -> dict:
+def outcome_item(o: Any, dry_run: str) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": "RecoveryResult",
@@ -180,7 +180,7 @@ def outcome_item(o: Any, dry_run: str) -> dict:
     }
 
 
-def fence_item(r: Any, dry_run: str) -> dict:
+def fence_item(r: Any, dry_run: str) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": "FenceRelease",
@@ -205,11 +205,11 @@ def restore_item(res: Any, dry_run: str) -> dict[str, Any]:
     }
 
 
-def document(kind: str, items: list[dict], **extra: Any) -> dict:
+def document(kind: str, items: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": f"{kind}List", **extra, "items": items}
 
 
-def dump(doc: dict, output: str) -> str:
+def dump(doc: dict[str, Any], output: str) -> str:
     if output == "json":
         return json.dumps(doc, indent=2, ensure_ascii=False)
     import yaml  # PyYAML ships with the kubernetes client

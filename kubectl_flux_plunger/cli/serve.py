@@ -6,6 +6,7 @@ import os
 import click
 
 from . import DURATION, Exit, cli, connection_options, fail
+from .options import overrides
 
 DRAIN_MARGIN = 5.0   # seconds kept between the end of the drain and the kubelet's SIGKILL
 
@@ -100,11 +101,15 @@ def check_timings(*, drain: float, stop: float, lease: float, renew: float, retr
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"],
                                                case_sensitive=False), default="info",
               help="Minimum level logged.")
-def serve(kubeconfig, kube_context, request_timeout, namespace, selector, workers, leader_elect,
-          leader_election_namespace, lease_duration, renew_deadline, retry_period,
-          shutdown_drain_timeout, shutdown_stop_timeout, termination_grace_period,
-          resync_period, fence_recheck_interval, fence_held_warn_after, handshake_timeout,
-          backup_secret_namespace, backup_retention, metrics_bind_address, health_probe_bind_address, log_format, log_level):
+def serve(kubeconfig: str | None, kube_context: str | None, request_timeout: float | None,
+          namespace: str | None, selector: str | None, workers: int, leader_elect: bool,
+          leader_election_namespace: str | None, lease_duration: float, renew_deadline: float,
+          retry_period: float, shutdown_drain_timeout: float, shutdown_stop_timeout: float,
+          termination_grace_period: float | None, resync_period: float,
+          fence_recheck_interval: float, fence_held_warn_after: float,
+          handshake_timeout: float, backup_secret_namespace: str | None,
+          backup_retention: float, metrics_bind_address: str, health_probe_bind_address: str,
+          log_format: str, log_level: str) -> None:
     """Run the controller: watch HelmReleases and recover stuck ones continuously.
 
     The same decision table as `recover`, driven by a list+watch, with leader election on
@@ -161,9 +166,10 @@ def serve(kubeconfig, kube_context, request_timeout, namespace, selector, worker
     logs.setup(log_format, log_level.lower())
     try:
         timeout = request_timeout or DEFAULT_REQUEST_TIMEOUT
-        kube = Kube.from_kubeconfig(kubeconfig, kube_context, request_timeout=timeout)
+        conn = overrides()
+        kube = Kube.from_kubeconfig(kubeconfig, kube_context, conn, request_timeout=timeout)
         # the Lease gets its own client: a renewal must never wait behind a slow request
-        lease_kube = (Kube.from_kubeconfig(kubeconfig, kube_context,
+        lease_kube = (Kube.from_kubeconfig(kubeconfig, kube_context, conn,
                                            request_timeout=max(1.0, min(retry_period, timeout)))
                       if leader_elect else None)
     except ConfigError as exc:

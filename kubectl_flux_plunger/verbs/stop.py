@@ -8,6 +8,8 @@ controller's own image: one image, one tool.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import time
 from dataclasses import dataclass, field
 
@@ -28,7 +30,7 @@ class Stopped:
     selector: str = ""
 
 
-def selector_of(deployment: dict) -> str:
+def selector_of(deployment: dict[str, Any]) -> str:
     """``spec.selector`` as a label selector string."""
     sel = (deployment.get("spec") or {}).get("selector") or {}
     parts = [f"{k}={v}" for k, v in sorted((sel.get("matchLabels") or {}).items())]

@@ -1,20 +1,22 @@
 """``version``: the client version and, given a cluster, what it can tell about the server."""
 from __future__ import annotations
 
+from typing import Any
+
 from .. import __version__
 from ..kube import Kube, KubeError
 
 HELM_CONTROLLER_SELECTOR = "app.kubernetes.io/component=helm-controller"
 
 
-def client() -> dict:
+def client() -> dict[str, Any]:
     return {"clientVersion": __version__}
 
 
-def server(kube: Kube) -> dict:
+def server(kube: Kube) -> dict[str, Any]:
     """Best effort: the apiserver version and the helm-controller image tag, each
     reported as unknown (with why) rather than failing the command."""
-    out: dict = {}
+    out: dict[str, Any] = {}
     try:
         out["serverVersion"] = kube.server_version().get("gitVersion", "unknown")
     except KubeError as exc:
