@@ -151,7 +151,10 @@ def status_item(r: Any) -> dict[str, Any]:
         "state": r.state,
         "stuck": bool(getattr(r, "stuck", False)),
         "suspended": bool(r.suspend),
-        "suspendOwners": [{"manager": m, "operation": op} for m, op in r.suspend_owners],
+        # like the SUSPEND-OWNER column: nobody owns a suspension that is not there (an
+        # owner of `suspend: false` is no suspension)
+        "suspendOwners": [{"manager": m, "operation": op} for m, op in r.suspend_owners]
+        if r.suspend else [],
         "fenced": bool(r.fenced),
         "processedRevision": processed,
         "storage": {

@@ -67,7 +67,7 @@ def test_a_suspension_left_by_a_gone_process_is_not_shown_as_recovering(cli, clu
     (item,) = json.loads(r.out)["items"]
     # young: a one-shot recover may still be at work on it
     assert item["state"] == "recovering", item
-    assert item["suspend_owner"] == "flux-plunger"
+    assert item["suspendOwners"] == [{"manager": "flux-plunger", "operation": "Apply"}]
 
 
 # -- status is derived from decide ---------------------------------------------------------
@@ -78,7 +78,7 @@ def test_status_of_a_terminating_unfenced_stuck_release_is_terminating(cli, clus
     r = cli("status", "-n", ns, "demo", "-o", "json")
     (item,) = json.loads(r.out)["items"]
     assert item["state"] == "terminating", item      # nothing will act on it
-    assert item["suspend_owner"] == "-"
+    assert item["suspendOwners"] == []
 
 
 def test_status_of_a_stuck_release_suspended_by_another_manager_shows_both(cli, cluster, ns):
@@ -92,10 +92,10 @@ def test_status_of_a_stuck_release_suspended_by_another_manager_shows_both(cli, 
     r = cli("status", "-n", ns, "demo", "-o", "json")
     (item,) = json.loads(r.out)["items"]
     assert item["state"] == "suspended-by-other,stuck" and item["stuck"] is True, item
-    assert item["suspend_owner"] == "operator(Update)"
+    assert item["suspendOwners"] == [{"manager": "operator", "operation": "Update"}]
     r = cli("status", "-n", other, "resumed", "-o", "json")
     (item,) = json.loads(r.out)["items"]
-    assert item["state"] == "stuck" and item["suspend_owner"] == "-", item   # not suspended
+    assert item["state"] == "stuck" and item["suspendOwners"] == [], item   # not suspended
 
 
 # -- release-fence finishes inside its deadline ---------------------------------------------
@@ -151,9 +151,9 @@ def test_release_fence_with_four_releases_failing_forever_prints_the_summary_in_
         assert r.code == 1, r
         assert "released 6 of 10 fenced HelmReleases" in r.out, r
         assert elapsed < 40, (elapsed, r)
-        not_released = [line for line in r.err.splitlines() if line.startswith("NOT released")]
-        assert sorted(line.split()[2].rstrip(":") for line in not_released) == [
-            f"{ns}/r0", f"{ns}/r3", f"{ns}/r6", f"{ns}/r9"], r
+        not_released = [line for line in r.err.splitlines() if " NOT released: " in line]
+        assert sorted(line.split()[0] for line in not_released) == [
+            f"helmrelease.helm.toolkit.fluxcd.io/r{i}" for i in (0, 3, 6, 9)], r
     finally:
         base = "/apis/admissionregistration.k8s.io/v1"
         kube.request("DELETE", "DELETE", f"{base}/validatingadmissionpolicybindings/{policy}")
