@@ -268,9 +268,13 @@ class Overrides:
     user: str | None = None
     cluster: str | None = None
     certificate_authority: str | None = None
+    client_certificate: str | None = None
+    client_key: str | None = None
+    tls_server_name: str | None = None
     insecure_skip_tls_verify: bool = False
     impersonate: str | None = None
     impersonate_groups: tuple[str, ...] = ()
+    impersonate_uid: str | None = None
 
 
 def kubeconfig_paths(kubeconfig: str | None) -> list[str]:
@@ -363,6 +367,12 @@ def _load_client_configuration(kubeconfig: str | None, context: str | None,
         cfg.refresh_api_key_hook = None
     if o.certificate_authority:
         cfg.ssl_ca_cert = o.certificate_authority
+    if o.client_certificate:
+        cfg.cert_file = o.client_certificate
+    if o.client_key:
+        cfg.key_file = o.client_key
+    if o.tls_server_name:
+        cfg.tls_server_name = o.tls_server_name
     if o.insecure_skip_tls_verify:
         cfg.verify_ssl = False
     return cfg
@@ -378,7 +388,8 @@ class Kube:
 
     def __init__(self, configuration, *, request_timeout: float | None = None,
                  dry_run: bool = False, user_agent: str | None = None,
-                 impersonate: str | None = None, impersonate_groups: tuple[str, ...] = ()):
+                 impersonate: str | None = None, impersonate_groups: tuple[str, ...] = (),
+                 impersonate_uid: str | None = None):
         _, _, rest = _client_modules()
 
         self._cfg = configuration
@@ -391,6 +402,8 @@ class Kube:
         self._ua = user_agent or f"kubectl-flux-plunger/{__version__}"
         self._impersonate = [("Impersonate-User", impersonate)] if impersonate else []
         self._impersonate += [("Impersonate-Group", g) for g in impersonate_groups]
+        if impersonate_uid:
+            self._impersonate.append(("Impersonate-Uid", impersonate_uid))
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None,
@@ -401,6 +414,7 @@ class Kube:
         if overrides is not None:
             kwargs.setdefault("impersonate", overrides.impersonate)
             kwargs.setdefault("impersonate_groups", overrides.impersonate_groups)
+            kwargs.setdefault("impersonate_uid", overrides.impersonate_uid)
         return cls(_load_client_configuration(kubeconfig, context, overrides), **kwargs)
 
     @property

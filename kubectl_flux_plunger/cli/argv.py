@@ -21,6 +21,9 @@ GLOBAL_FLAGS: dict[str, bool] = {
 }
 SHORT = {"-n": "--namespace", "-A": "--all-namespaces"}
 CONTEXTUAL = {"--namespace", "--all-namespaces"}
+# flux's own global flags, which mean nothing to flux-plunger: refused by name
+FLUX_ONLY = {"--timeout", "--verbose", "--kube-api-qps", "--kube-api-burst", "--cache-dir",
+             "--disable-compression"}
 
 
 def _split(token: str) -> tuple[str, str | None] | None:
@@ -48,6 +51,10 @@ def hoist_global_flags(group: click.Group, args: list[str]) -> list[str]:
             break
         hit = _split(token)
         if hit is None:
+            if token.partition("=")[0] in FLUX_ONLY:
+                raise click.UsageError(
+                    f"{token.partition('=')[0]} is a flag of flux itself, which flux-plunger "
+                    "does not take; leave it out (the verbs have their own timeouts)")
             break                        # --help, --version, or unknown: click decides
         name, value = hit
         words = [token]

@@ -67,6 +67,13 @@ _OVERRIDE_FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("--certificate-authority", "certificate_authority",
      "Path to a cert file for the certificate authority.",
      {"metavar": "PATH", "type": click.Path(dir_okay=False)}),
+    ("--client-certificate", "client_certificate",
+     "Path to a client certificate file for TLS.",
+     {"metavar": "PATH", "type": click.Path(dir_okay=False)}),
+    ("--client-key", "client_key", "Path to a client key file for TLS.",
+     {"metavar": "PATH", "type": click.Path(dir_okay=False)}),
+    ("--tls-server-name", "tls_server_name",
+     "Server name to use for server certificate validation.", {"metavar": "NAME"}),
     ("--insecure-skip-tls-verify", "insecure_skip_tls_verify",
      "Do not check the server's certificate (insecure).", {"is_flag": True}),
     ("--as", "impersonate", "Username to impersonate for the operation.",
@@ -74,6 +81,8 @@ _OVERRIDE_FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
     ("--as-group", "impersonate_groups",
      "Group to impersonate for the operation (repeat for more groups).",
      {"metavar": "GROUP", "multiple": True}),
+    ("--as-uid", "impersonate_uid", "UID to impersonate for the operation.",
+     {"metavar": "UID"}),
 ]
 
 OVERRIDE_FLAG_NAMES = {flag for flag, *_ in _OVERRIDE_FLAGS}
@@ -95,9 +104,10 @@ def overrides(ctx: click.Context | None = None) -> Any:
     if values.get("certificate_authority") and values.get("insecure_skip_tls_verify"):
         raise click.UsageError("specifying a root certificates file with the insecure flag "
                                "is not allowed")
-    if values.get("impersonate_groups") and not values.get("impersonate"):
-        raise click.UsageError("requesting groups without impersonating a user is not "
-                               "allowed (--as-group needs --as)")
+    if (values.get("impersonate_groups") or values.get("impersonate_uid")) \
+            and not values.get("impersonate"):
+        raise click.UsageError("requesting uid or groups without impersonating a user is not "
+                               "allowed (--as-group and --as-uid need --as)")
     if "impersonate_groups" in values:
         values["impersonate_groups"] = tuple(values["impersonate_groups"])
     return Overrides(**values)

@@ -425,15 +425,30 @@ def test_user_and_cluster_pick_kubeconfig_entries(plane, ns, tmp_path):
         assert bad.code == 1 and bad.err == f'error: {what} "{name}" does not exist\n', bad
 
 
+def test_client_certificate_and_tls_server_name(plane, ns, tmp_path):
+    from tests.conftest import run_cli
+    f = plane.files
+    env = {"HOME": str(tmp_path)}            # no kubeconfig at all
+    base = ("status", "-n", ns, "--server", plane.server, "--certificate-authority",
+            str(f["serving_ca"]), "--client-certificate", str(f["admin_cert"]),
+            "--client-key", str(f["admin_key"]), "--request-timeout=5s")
+    ok = run_cli(*base, "--tls-server-name", "localhost", env=env)
+    assert ok.code == 0, ok
+    wrong = run_cli(*base, "--tls-server-name", "elsewhere.example", env=env)
+    assert wrong.code == 1 and "elsewhere.example" in wrong.err, wrong
+
+
 def test_as_and_as_group_impersonate(cli, plane, ns):
     mark = plane.audit_mark()
-    res = cli("status", "-n", ns, "--as", "jane", "--as-group", "ops", "--as-group", "devs")
+    res = cli("status", "-n", ns, "--as", "jane", "--as-group", "ops", "--as-group", "devs",
+              "--as-uid", "1234")
     # jane has no rights: the apiserver answers as it would answer jane
     assert res.code == 1 and res.err.startswith("error: Forbidden: "), res
     assert 'User "jane"' in res.err
     events = plane.audit_events(mark, user_agent="kubectl-flux-plunger")
     assert events and all(e.get("impersonatedUser", {}).get("username") == "jane"
                           and e["impersonatedUser"].get("groups", [])[:2] == ["ops", "devs"]
+                          and e["impersonatedUser"].get("uid") == "1234"
                           for e in events), [(e.get("requestURI"), e.get("user"),
                                               e.get("impersonatedUser")) for e in events]
 

@@ -77,7 +77,8 @@ def test_kubectl_connection_flags_are_on_every_cluster_verb(verb):
     out = run(verb, "--help").stdout
     for flag in ("--kubeconfig", "--context", "--request-timeout", "--server", "--token",
                  "--user", "--cluster", "--certificate-authority", "--insecure-skip-tls-verify",
-                 "--as", "--as-group"):
+                 "--as", "--as-group", "--as-uid", "--client-certificate", "--client-key",
+                 "--tls-server-name"):
         assert f"{flag} " in out, (verb, flag)
     if verb == "status":
         assert "-w, --watch" in out and "--no-headers" in out
@@ -117,17 +118,25 @@ def test_namespace_before_a_verb_without_namespaces_is_ignored_like_kubectl(tmp_
     assert p.stdout.startswith("Client Version: ")
 
 
-def test_an_unknown_flag_before_the_verb_is_a_usage_error(tmp_path):
-    p = run("--verbose", "status", prog="flux-plunger", home=tmp_path)
+def test_a_flux_only_flag_before_the_verb_is_refused_by_name(tmp_path):
+    p = run("--timeout", "5m", "status", prog="flux-plunger", home=tmp_path)
     assert p.returncode == 2
-    assert p.stderr.startswith("error: No such option") and "--verbose" in p.stderr
+    assert p.stderr.startswith("error: --timeout is a flag of flux itself, which flux-plunger "
+                               "does not take")
+
+
+def test_an_unknown_flag_before_the_verb_is_a_usage_error(tmp_path):
+    p = run("--frobnicate", "status", prog="flux-plunger", home=tmp_path)
+    assert p.returncode == 2
+    assert p.stderr.startswith("error: No such option") and "--frobnicate" in p.stderr
     assert p.stderr.endswith("See 'flux plunger --help' for usage.\n")
 
 
 @pytest.mark.parametrize("args, message", [
     (["status", "--certificate-authority", "/x", "--insecure-skip-tls-verify"],
      "specifying a root certificates file with the insecure flag is not allowed"),
-    (["status", "--as-group", "ops"], "requesting groups without impersonating a user"),
+    (["status", "--as-group", "ops"], "requesting uid or groups without impersonating a user"),
+    (["status", "--as-uid", "42"], "requesting uid or groups without impersonating a user"),
 ])
 def test_bad_flag_combinations_are_usage_errors(args, message, tmp_path):
     p = run(*args, home=tmp_path)
