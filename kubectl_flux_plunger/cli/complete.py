@@ -31,7 +31,7 @@ def cobra_complete(group: click.Group, prog: str, words: list[str]) -> int:
         args = hoist_global_flags(group, args)
         items = ShellComplete(group, {}, prog, "_FLUX_PLUNGER_COMPLETE").get_completions(
             args, incomplete)
-    except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+    except Exception:  # noqa: BLE001 - a completion request never prints a traceback
         sys.stdout.write(f":{ERROR}\n")
         return 0
     directive = NO_FILE

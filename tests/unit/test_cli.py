@@ -170,3 +170,32 @@ def test_cobra_complete_protocol(prog, tmp_path):
     # no cluster to ask: no namespaces, still a well-formed answer
     p = run("__complete", "status", "-n", "", prog=prog, home=tmp_path)
     assert p.returncode == 0 and p.stdout == ":4\n"
+
+
+# -- the hoisting itself (pure) ----------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, expected", [
+    (["--kubeconfig=/k", "-n", "ns", "status", "-o", "json"],
+     ["status", "--kubeconfig=/k", "-n", "ns", "-o", "json"]),
+    (["-A", "--as", "jane", "recover", "x"], ["recover", "-A", "--as", "jane", "x"]),
+    (["-n", "ns", "-A", "version"], ["version"]),           # namespaces mean nothing there
+    (["-A", "serve"], ["serve"]),
+    (["-n", "ns", "serve"], ["serve", "-n", "ns"]),
+    (["status", "-n", "ns"], ["status", "-n", "ns"]),       # nothing before the verb
+    (["--help"], ["--help"]),
+    (["-n", "ns"], []),                                     # no verb: the help
+])
+def test_hoist_global_flags(argv, expected):
+    from kubectl_flux_plunger.cli import cli
+    from kubectl_flux_plunger.cli import serve  # noqa: F401 - registers the serve verb
+    from kubectl_flux_plunger.cli.argv import hoist_global_flags
+    assert hoist_global_flags(cli, argv) == expected
+
+
+def test_hoist_refuses_a_flag_without_its_value():
+    import click
+
+    from kubectl_flux_plunger.cli import cli
+    from kubectl_flux_plunger.cli.argv import hoist_global_flags
+    with pytest.raises(click.UsageError, match="flag needs an argument: -n"):
+        hoist_global_flags(cli, ["-n"])
