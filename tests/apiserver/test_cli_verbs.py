@@ -26,6 +26,16 @@ CLI_RULES = [
 ]
 
 
+def schema():
+    """docs/output-schema.json, the contract of -o json|yaml."""
+    from pathlib import Path
+
+    import jsonschema
+    path = Path(__file__).resolve().parents[2] / "docs" / "output-schema.json"
+    return jsonschema.Draft202012Validator(json.loads(path.read_text()),
+                                           format_checker=jsonschema.FormatChecker())
+
+
 # -- version / help ---------------------------------------------------------------------
 
 def test_version_through_kubectl_plugin_dispatch(cli, plane):
@@ -71,6 +81,7 @@ def test_status_table_wide_json_yaml_name(cli, cluster, ns):
     assert data["items"][0]["metadata"]["creationTimestamp"] == live["creationTimestamp"]
     assert "managedFields" not in data["items"][0]["metadata"]
     assert data["items"][1]["suspendOwners"] == [{"manager": "operator", "operation": "Update"}]
+    schema().validate(data)
     ydata = yaml.safe_load(cli("status", "-n", ns, "-o", "yaml").out)
     assert ydata["items"][1]["state"] == "suspended-by-other"
     names = cli("status", "-n", ns, "-o", "name").out.split()
@@ -109,6 +120,24 @@ def test_status_unknown_release_is_a_not_found_error(cli, ns):
 
 
 # -- recover ------------------------------------------------------------------------------
+
+def test_recover_and_release_fence_json_documents_match_the_schema(cli, cluster, ns):
+    stuck_release(cluster, ns)
+    for dry in ("client", "server"):
+        doc = json.loads(cli("recover", "-n", ns, f"--dry-run={dry}", "-o", "json").out)
+        schema().validate(doc)
+        assert doc["dryRun"] == dry and doc["kind"] == "RecoveryResultList"
+        assert doc["items"][0]["metadata"] == {"name": "demo", "namespace": ns}
+    cluster.create_hr(ns, "held")
+    hold(cluster, ns, "held")
+    for dry in ("client", "none"):
+        res = cli("release-fence", "-n", ns, "held", f"--dry-run={dry}", "-o", "yaml")
+        assert res.code == 0, res
+        doc = yaml.safe_load(res.out)
+        schema().validate(doc)
+        assert [i["metadata"]["name"] for i in doc["items"]] == ["held"]
+        assert doc["items"][0]["released"] is (dry == "none")
+
 
 def test_recover_dry_run_client_prints_the_plan_and_writes_nothing(cli, cluster, ns):
     stuck_release(cluster, ns)
