@@ -19,7 +19,7 @@ from .conftest import hold, stuck_release
 CLI_RULES = [
     {"apiGroups": ["helm.toolkit.fluxcd.io"], "resources": ["helmreleases"],
      "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["list", "delete"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "create", "patch"]},
     # is a controller running?  (its Lease, in the controller's namespace)
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]},

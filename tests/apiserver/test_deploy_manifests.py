@@ -48,7 +48,7 @@ SERVE_ARGS = ["serve", "--leader-elect", "--shutdown-drain-timeout=65s",
 # tests/apiserver/test_rbac_audit.py)
 CONTROLLER_CLUSTER_RULES = {
     ("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch", "watch"],
-    ("", "secrets"): ["delete", "list"],
+    ("", "secrets"): ["delete", "get", "list"],
     ("", "events"): ["create", "get", "patch"],
 }
 LEASE_RULES = {("coordination.k8s.io", "leases"): ["create", "get", "update"]}

@@ -9,7 +9,7 @@ each identity used; the test asserts that set equals the set the roles grant and
 nothing was refused.
 
 The scenarios reach every request kind the code has: a recovery and a Lease held and given
-up by `serve`, an Event written twice by separate processes (the second create answers 409,
+up by `serve`, the kubeConfig Secret of a release whose storage is in another cluster, an Event written twice by separate processes (the second create answers 409,
 the recorder reads the Event back and patches its count), `status`, `recover`,
 `resume-owned` and `release-fence` (guarded JSON patches).
 """
@@ -98,8 +98,12 @@ def test_controller_roles_are_exactly_what_serve_and_the_verbs_send(plane, clust
     _hold(cluster, ns, "ours")
     rf = cli(kc, "release-fence", "-n", ns)
     assert rf.returncode == 0, rf
+    # a release whose storage is in another cluster: its kubeConfig Secret is read (here it
+    # is missing: reported, nothing else happens)
+    cluster.create_hr(ns, "remote", spec={"kubeConfig": {"secretRef": {"name": "nowhere"}}})
     st = cli(kc, "status", "-n", ns, "--lease-namespace", ns)
     assert st.returncode == 0, st
+    assert "nowhere" in st.stdout + st.stderr or "remote" in st.stdout, st
     event = cluster.kube.request("LIST", "GET", f"/api/v1/namespaces/{ns}/events")["items"]
     assert any(e["reason"] == "SuspensionNotOwned" and e["count"] >= 2 for e in event), event
 

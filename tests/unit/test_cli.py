@@ -164,7 +164,7 @@ def test_durations_are_go_durations(value, tmp_path):
 def test_cobra_complete_protocol(prog, tmp_path):
     """What `flux plunger <TAB>` and kubectl's completion helper run."""
     p = run("__complete", "re", prog=prog, home=tmp_path)
-    assert p.returncode == 0 and p.stdout == "recover\nrelease-fence\nresume-owned\n:4\n"
+    assert p.returncode == 0 and p.stdout == "recover\nrelease-fence\nrestore\nresume-owned\n:4\n"
     p = run("__complete", "-n", "x", "status", "-o", "j", prog=prog, home=tmp_path)
     assert p.stdout == "json\n:4\n"
     # no cluster to ask: no namespaces, still a well-formed answer
