@@ -91,7 +91,7 @@ def test_restore_puts_the_revision_back_and_never_overwrites(cluster, ns, hc, cl
     res = cli("restore", str(path), "--dry-run")
     assert res.code == 0, res
     assert res.out.strip() == (f"would create Secret {ns}/sh.helm.release.v1.demo.v2 "
-                               f"(revision 2) from {path}"), res
+                               f"(revision 2) from {path} (dry run)"), res
     assert len(cluster.secret_names(ns, "demo")) == 1
     res = cli("restore", str(path))
     assert res.code == 0, res

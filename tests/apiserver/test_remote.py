@@ -247,7 +247,7 @@ def test_server_dry_run_reaches_the_remote_and_deletes_nothing(
     remote_release(cluster, remote, ns, remote_plane.self_contained_kubeconfig())
     mark = remote_plane.audit_mark()
     res = cli("recover", "-n", ns, "--dry-run=server")
-    assert res.code == 0 and "(dry run)" in res.out + res.err, res
+    assert res.code == 0 and "(server dry run)" in res.out + res.err, res
     eventually(lambda: [e["verb"] for e in remote_plane.audit_events(
         mark, user_agent="kubectl-flux-plunger/")] == ["list", "delete"], 10,
         "the remote LIST and the dry-run DELETE in the audit log")
