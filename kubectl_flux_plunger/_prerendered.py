@@ -3,11 +3,11 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'd4453ca0'
+FINGERPRINT = '836c8e54'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (
-        'Usage: kubectl flux-plunger [OPTIONS] COMMAND [ARGS]...\n'
+        'Usage: kubectl flux-plunger [OPTIONS] [COMMAND] [ARGS]...\n'
         '\n'
         '  Unstick Flux HelmReleases that report "has no deployed releases", safely.\n'
         '\n'
@@ -27,10 +27,18 @@ TEXT = {
         '  resume-owned   Lift suspensions flux-plunger itself owns (e.g. left by...\n'
         '  serve          Run the controller: watch HelmReleases and recover stuck...\n'
         '  status         Show every HelmRelease flux-plunger would act on or has...\n'
-        '  version        Print the client version and, with a cluster, the server...'
+        '  version        Print the client version and, with a cluster, the server...\n'
+        '\n'
+        'Examples:\n'
+        '  # What is stuck, being recovered, fenced or suspended, in every namespace\n'
+        '  kubectl flux-plunger status -A\n'
+        '\n'
+        '  # Recover the stuck HelmReleases of one namespace; see the plan first\n'
+        '  kubectl flux-plunger recover -n team-a --dry-run\n'
+        '  kubectl flux-plunger recover -n team-a'
     ),
     '--help|kubectl flux-plunger|100': (
-        'Usage: kubectl flux-plunger [OPTIONS] COMMAND [ARGS]...\n'
+        'Usage: kubectl flux-plunger [OPTIONS] [COMMAND] [ARGS]...\n'
         '\n'
         '  Unstick Flux HelmReleases that report "has no deployed releases", safely.\n'
         '\n'
@@ -49,10 +57,18 @@ TEXT = {
         '  resume-owned   Lift suspensions flux-plunger itself owns (e.g. left by a crash), with their...\n'
         '  serve          Run the controller: watch HelmReleases and recover stuck ones continuously.\n'
         '  status         Show every HelmRelease flux-plunger would act on or has touched (read-only).\n'
-        '  version        Print the client version and, with a cluster, the server and helm-controller...'
+        '  version        Print the client version and, with a cluster, the server and helm-controller...\n'
+        '\n'
+        'Examples:\n'
+        '  # What is stuck, being recovered, fenced or suspended, in every namespace\n'
+        '  kubectl flux-plunger status -A\n'
+        '\n'
+        '  # Recover the stuck HelmReleases of one namespace; see the plan first\n'
+        '  kubectl flux-plunger recover -n team-a --dry-run\n'
+        '  kubectl flux-plunger recover -n team-a'
     ),
     '--help|flux plunger|80': (
-        'Usage: flux plunger [OPTIONS] COMMAND [ARGS]...\n'
+        'Usage: flux plunger [OPTIONS] [COMMAND] [ARGS]...\n'
         '\n'
         '  Unstick Flux HelmReleases that report "has no deployed releases", safely.\n'
         '\n'
@@ -72,10 +88,18 @@ TEXT = {
         '  resume-owned   Lift suspensions flux-plunger itself owns (e.g. left by...\n'
         '  serve          Run the controller: watch HelmReleases and recover stuck...\n'
         '  status         Show every HelmRelease flux-plunger would act on or has...\n'
-        '  version        Print the client version and, with a cluster, the server...'
+        '  version        Print the client version and, with a cluster, the server...\n'
+        '\n'
+        'Examples:\n'
+        '  # What is stuck, being recovered, fenced or suspended, in every namespace\n'
+        '  flux plunger status -A\n'
+        '\n'
+        '  # Recover the stuck HelmReleases of one namespace; see the plan first\n'
+        '  flux plunger recover -n team-a --dry-run\n'
+        '  flux plunger recover -n team-a'
     ),
     '--help|flux plunger|100': (
-        'Usage: flux plunger [OPTIONS] COMMAND [ARGS]...\n'
+        'Usage: flux plunger [OPTIONS] [COMMAND] [ARGS]...\n'
         '\n'
         '  Unstick Flux HelmReleases that report "has no deployed releases", safely.\n'
         '\n'
@@ -94,7 +118,15 @@ TEXT = {
         '  resume-owned   Lift suspensions flux-plunger itself owns (e.g. left by a crash), with their...\n'
         '  serve          Run the controller: watch HelmReleases and recover stuck ones continuously.\n'
         '  status         Show every HelmRelease flux-plunger would act on or has touched (read-only).\n'
-        '  version        Print the client version and, with a cluster, the server and helm-controller...'
+        '  version        Print the client version and, with a cluster, the server and helm-controller...\n'
+        '\n'
+        'Examples:\n'
+        '  # What is stuck, being recovered, fenced or suspended, in every namespace\n'
+        '  flux plunger status -A\n'
+        '\n'
+        '  # Recover the stuck HelmReleases of one namespace; see the plan first\n'
+        '  flux plunger recover -n team-a --dry-run\n'
+        '  flux plunger recover -n team-a'
     ),
     '--version': (
         '0.1.0'
