@@ -57,9 +57,10 @@ def test_results_stream_in_listing_order_while_later_releases_still_run(plane, c
         finally:
             if proc.poll() is None:
                 proc.kill()
-    assert f"{quick}/demo recovered" in first, (first, rest, err)
+    assert f"-n {quick} helmrelease.helm.toolkit.fluxcd.io/demo recovered" in first, \
+        (first, rest, err)
     assert still_running, "the first result must be printed before the run ends"
-    assert f"{slow}/demo deferred" in rest.splitlines()[0]
+    assert f"-n {slow} helmrelease.helm.toolkit.fluxcd.io/demo deferred" in rest.splitlines()[0]
     assert proc.returncode == 1
     assert free_of_us(cluster, slow)
     assert len(cluster.secret_names(slow, "demo")) == 2
@@ -88,9 +89,10 @@ def test_first_ctrl_c_aborts_in_flight_recoveries_and_exits_130(plane, cluster):
     assert "interrupted: starting no more HelmReleases" in err
     assert "interrupted: 3 HelmRelease(s) not done; run the same command again" in err, err
     assert "nothing is left suspended or fenced by flux-plunger" in err, err
-    assert f"{nss[0]}/demo deferred" in out
+    assert f"-n {nss[0]} helmrelease.helm.toolkit.fluxcd.io/demo deferred" in out
     for n in nss[1:]:
-        assert f"{n}/demo deferred: not started: the run was interrupted" in out
+        assert (f"-n {n} helmrelease.helm.toolkit.fluxcd.io/demo deferred: not started: "
+                "the run was interrupted") in out
     for n in nss:
         assert free_of_us(cluster, n), n
         assert len(cluster.secret_names(n, "demo")) == 2
