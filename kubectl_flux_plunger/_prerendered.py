@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '836c8e54'
+FINGERPRINT = 'c8655ebe'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -388,7 +388,8 @@ def _run_table(verb_name: str, kubeconfig: str | None, kube_context: str | None,
                handshake_timeout: float = 30.0, lease_namespace: str | None = None,
                force: bool = False, backup_dir: str | None = None) -> NoReturn:
     from ..events import Recorder
-    from ..executor import Executor, Options
+    from ..executor import Executor, Options, Result
+    from ..plan import Row
     from ..verbs import recover as verb
     from ..verbs.select import fetch
     from . import render
@@ -405,8 +406,8 @@ def _run_table(verb_name: str, kubeconfig: str | None, kube_context: str | None,
     from ..backup import DirectoryBackup
 
     def show(o: Any) -> bool:
-        return bool(o.row not in ("healthy", "terminating-unfenced") or names
-                    or o.result not in ("unchanged",))
+        return bool(o.row not in (Row.HEALTHY, Row.TERMINATING_UNFENCED) or names
+                    or o.result != Result.UNCHANGED)
 
     def line(o: Any) -> str | None:
         if output in ("json", "yaml") or not show(o):
@@ -436,12 +437,12 @@ def _run_table(verb_name: str, kubeconfig: str | None, kube_context: str | None,
             dryRun=dry_run, summary=_counts(outcomes)), output))
     if not releases and not missing and output not in ("json", "yaml"):
         click.echo(f"No resources found{s.where()}.", err=True)
-    failed = [o for o in outcomes if o.failed or o.result in ("deferred", "skipped")]
+    failed = [o for o in outcomes if o.failed or o.result in (Result.DEFERRED, Result.SKIPPED)]
     if output in ("table", "wide"):
         click.echo(_summary(verb_name, outcomes, dry_run), err=not shown)
     if stream.stop.is_set():
         not_done = [(o.namespace, o.name) for o in outcomes
-                    if o.result == "deferred" or o.failed]
+                    if o.result == Result.DEFERRED or o.failed]
         stream.report_left(not_done, verb.still_held(s.kube, stream.interrupted_in_flight()))
         raise SystemExit(INTERRUPTED_EXIT)
     raise SystemExit(int(Exit.FAILURE if failed or missing else Exit.OK))
@@ -455,28 +456,32 @@ def _counts(outcomes: list[Any]) -> dict[str, int]:
 
 
 def _summary(verb_name: str, outcomes: list[Any], dry_run: str) -> str:
+    from ..executor import Result
+    from ..plan import Row
     from .render import DRY_SUFFIX
 
-    def count(*results: str) -> int:
+    def count(*results: Result) -> int:
         return sum(o.result in results for o in outcomes)
 
-    def planned(*rows: str) -> int:
-        return sum(o.result == "planned" and bool(o.steps) and o.row in rows for o in outcomes)
+    def planned(*rows: Row) -> int:
+        return sum(o.result == Result.PLANNED and bool(o.steps) and o.row in rows
+                   for o in outcomes)
 
     failed = sum(o.failed for o in outcomes)
     suffix = DRY_SUFFIX[dry_run]
     if verb_name == "recover":
-        stuck = [o for o in outcomes if o.row == "live-stuck"]
-        waiting = count("awaiting-retry")
-        done = (f"would recover {planned('live-stuck')}" if dry_run == "client"
-                else f"would recover {count('recovered')}" if dry_run == "server"
-                else f"recovered {count('recovered')}")
+        stuck = [o for o in outcomes if o.row == Row.LIVE_STUCK]
+        waiting = count(Result.AWAITING_RETRY)
+        done = (f"would recover {planned(Row.LIVE_STUCK)}" if dry_run == "client"
+                else f"would recover {count(Result.RECOVERED)}" if dry_run == "server"
+                else f"recovered {count(Result.RECOVERED)}")
         return (f"{done} of {len(stuck) - waiting} stuck HelmReleases, "
-                f"{count('deferred')} deferred, {count('skipped')} skipped, {failed} failed"
+                f"{count(Result.DEFERRED)} deferred, {count(Result.SKIPPED)} skipped, "
+                f"{failed} failed"
                 + (f"; {waiting} recovered earlier, awaiting helm-controller's retry"
                    if waiting else "") + suffix)
-    lifted = (planned("live-suspended-owned", "terminating-suspended-owned")
-              if dry_run == "client" else count("relinquished"))
+    lifted = (planned(Row.LIVE_SUSPENDED_OWNED, Row.TERMINATING_SUSPENDED_OWNED)
+              if dry_run == "client" else count(Result.RELINQUISHED))
     verb = "would lift" if dry_run != "none" else "lifted"
     return f"{verb} {lifted} flux-plunger suspensions, {failed} failed{suffix}"
 

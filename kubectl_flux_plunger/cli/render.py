@@ -12,6 +12,8 @@ import copy
 import json
 from typing import Any, Iterable, Sequence
 
+from ..plan import Row
+
 API_VERSION = "flux-plunger.cozystack.io/v1alpha1"
 HR_API_VERSION = "helm.toolkit.fluxcd.io/v2"
 KIND_REF = "helmrelease.helm.toolkit.fluxcd.io"
@@ -79,24 +81,26 @@ DRY_SUFFIX = {"none": "", "client": " (dry run)", "server": " (server dry run)"}
 
 # what a client dry run would do, by decision row
 _WOULD = {
-    "live-stuck": "would recover",
-    "live-suspended-owned": "would lift flux-plunger's suspension",
-    "terminating-suspended-owned": "would lift flux-plunger's suspension",
-    "live-fenced": "would remove the uninstall fence",
-    "terminating-fenced-uninstalled": "would remove the uninstall fence",
-    "terminating-fenced-waiting": "would wait for helm-controller's uninstall",
-    "live-suspended-foreign": "would remove the uninstall fence",
-    "terminating-suspended-foreign": "would remove the uninstall fence",
+    Row.LIVE_STUCK: "would recover",
+    Row.LIVE_SUSPENDED_OWNED: "would lift flux-plunger's suspension",
+    Row.TERMINATING_SUSPENDED_OWNED: "would lift flux-plunger's suspension",
+    Row.LIVE_FENCED: "would remove the uninstall fence",
+    Row.TERMINATING_FENCED_UNINSTALLED: "would remove the uninstall fence",
+    Row.TERMINATING_FENCED_WAITING: "would wait for helm-controller's uninstall",
+    Row.LIVE_SUSPENDED_FOREIGN: "would remove the uninstall fence",
+    Row.TERMINATING_SUSPENDED_FOREIGN: "would remove the uninstall fence",
 }
 
 
 def _planned(o: Any) -> bool:
-    return bool(o.result == "planned" and o.steps)
+    from ..executor import Result   # outcomes exist only once the executor is loaded
+    return bool(o.result == Result.PLANNED and o.steps)
 
 
 def result_word(o: Any) -> str:
-    if o.result == "planned":
-        return _WOULD.get(str(o.row), "would act") if o.steps else "unchanged"
+    from ..executor import Result
+    if o.result == Result.PLANNED:
+        return _WOULD.get(o.row, "would act") if o.steps else Result.UNCHANGED.value
     return str(o.result)
 
 
@@ -105,7 +109,7 @@ def outcome_line(o: Any, *, all_namespaces: bool, dry_run: str = "none") -> str:
     if o.detail and not _planned(o):
         line += f": {o.detail}"
     line += DRY_SUFFIX[dry_run]
-    for step in o.steps if o.result == "planned" else ():
+    for step in o.steps if _planned(o) else ():
         line += f"\n  - {step}"
     return line
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .. import constants as C
 from ..backup import Backup
 from ..events import Recorder
-from ..executor import Executor, Options
+from ..executor import Executor, Options, Result
 from ..kube import Kube, KubeError
 from .drain import Drainer
 from .health import Endpoints, prometheus_renderer
@@ -37,6 +37,8 @@ from .watch import Watcher
 log = logging.getLogger("kubectl_flux_plunger.serve")
 
 DEFAULT_REQUEST_TIMEOUT = 30.0
+# outcomes logged at DEBUG: nothing to do, or the release is gone
+_QUIET = (Result.UNCHANGED, Result.GONE)
 
 
 @dataclass
@@ -167,14 +169,14 @@ class Controller:
                           extra=fields(release=key))
             return
         self.metrics.observe(out)
-        level = logging.DEBUG if out.result in ("unchanged", "gone") else logging.INFO
+        level = logging.DEBUG if out.result in _QUIET else logging.INFO
         with self._logged_lock:
             # the same outcome again (our own writes re-trigger a pass) is not news
             if level == logging.INFO and self._logged.get(key) == (out.result, out.detail):
                 level = logging.DEBUG
             if level == logging.INFO:
                 self._logged[key] = (out.result, out.detail)
-            elif out.result in ("unchanged", "gone"):
+            elif out.result in _QUIET:
                 self._logged.pop(key, None)
         if out.failed:
             level = logging.WARNING
@@ -184,7 +186,7 @@ class Controller:
                              seconds=round(time.monotonic() - started, 3)))
         if self.stopping.is_set():
             return
-        if out.failed or out.result == "deferred":
+        if out.failed or out.result == Result.DEFERRED:
             self.queue.add_rate_limited(key)
         elif out.requeue_after:
             self.queue.forget(key)
