@@ -50,11 +50,16 @@ class Primitives:
         the newer state a watch already carries).  Returns ``attempt``'s value, or None
         when the release is gone."""
         deadline = time.monotonic() + timeout
-        current, delay = hr, 0.0
+        current: dict | None = hr
+        delay, fresh = 0.0, True   # fresh: ``current`` is the newest read (attempt it)
         while True:
             if current is None:
                 return None
             try:
+                if not fresh:
+                    # a transient failure of the re-read keeps the last state and retries
+                    current, fresh = (reread or self._fresh)(current), True
+                    continue
                 return attempt(current)
             except KubeError as exc:
                 if exc.not_found and exc.object_missing:
@@ -64,10 +69,10 @@ class Primitives:
                 if time.monotonic() >= deadline:
                     raise Conflict(409, "Conflict", f"{what}: the release kept changing (or the "
                                    f"API kept failing) for {timeout:.0f}s ({exc})") from None
-            if delay:
-                time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            if delay or not fresh:
+                time.sleep(min(max(delay, 0.05), max(0.0, deadline - time.monotonic())))
             delay = min(max(delay * 2, 0.05), 1.0)
-            current = (reread or self._fresh)(current)
+            fresh = False
 
     def relinquish(self, hr: dict) -> dict | None:
         """Lift our suspension (fence kept only on a terminating, fenced release).

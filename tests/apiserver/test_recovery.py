@@ -3,6 +3,8 @@ between a read and its write, deletes during recovery (helm-controller's delete 
 simulated step by step, both orders), storage guards, naming variants, request cost."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from kubectl_flux_plunger import constants as C
@@ -415,3 +417,28 @@ def test_status_writes_racing_both_acquire_attempts_are_re_decided(executor, clu
     out = executor.reconcile(ns, "demo")
     assert len(applies) == 2 and out.result == "recovered", out
     assert executor.kube.stats.snapshot()["APPLY"] == 4     # 409, 409, acquired, relinquish
+
+
+def test_a_relinquish_outlasts_an_apiserver_outage_after_its_write_failed(plane, executor,
+                                                                          cluster, ns):
+    """The apiserver goes away right before the relinquish: the write and the re-reads
+    fail (status 0) until it is back ~2 s later — the retry window still lifts the
+    suspension instead of giving up at the first failed re-read."""
+    stuck_release(cluster, ns)
+    held = hold(cluster, ns)
+    back = threading.Thread(target=lambda: (threading.Event().wait(2), plane._start_apiserver()))
+
+    def outage(verb, path):
+        if verb == "APPLY" and not back.is_alive() and back.ident is None:
+            plane.stop_apiserver()
+            back.start()
+    executor.kube.before_request = outage
+    try:
+        out = executor.relinquish(held)
+    finally:
+        if back.ident is not None:
+            back.join()
+    assert back.ident is not None and out is not None
+    hr = cluster.get(ns, "demo")
+    assert not owns_suspend(hr) and hr["spec"].get("suspend") is None
+    assert C.FENCE not in hr["metadata"].get("finalizers", [])
