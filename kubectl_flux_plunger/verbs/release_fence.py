@@ -11,7 +11,6 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 
-from .. import constants as C
 from .. import detect, ownership, writes
 from ..executor import Executor, Outcome, Result
 from ..executor.drain import Drain
@@ -57,17 +56,30 @@ def _lift_sole_suspension(prims: Executor, hr: dict, timeout: float) -> dict | N
                                    timeout=timeout, transient=True)
 
 
-def _remove_fences(prims: Executor, hr: dict, deadline: float) -> None:
+def _remove_fences(prims: Executor, hr: dict, deadline: float) -> dict:
     """Remove every copy of the fence with the executor's one fence-removal primitive;
-    a fence that keeps coming back (a controller still running) is an error."""
+    a fence that keeps coming back (a controller still running) is an error.  Returns the
+    release as last read or written."""
     current: dict | None = hr
+    last = hr
     for _ in range(MAX_FENCE_REMOVALS):
         if current is None or not detect.is_fenced(current):
-            return
+            return last
         current = prims.remove_fence(current, timeout=max(0.0, deadline - time.monotonic()))
+        last = current if current is not None else last
     if current is not None and detect.is_fenced(current):
         raise KubeError(409, "Conflict", "the fence keeps coming back; is a flux-plunger "
                         "controller still running?")
+    return last
+
+
+def without_uninstall(hr: dict) -> bool:
+    """Released without an uninstall (SPEC §7): deleted, and helm-controller had not
+    handled it — still suspended by another manager (it drops its finalizer without
+    uninstalling a suspended release) or its uninstall not reached."""
+    return detect.is_terminating(hr) and (
+        (detect.is_suspended(hr) and not ownership.sole_owner_is_us(hr))
+        or not detect.uninstall_reached(hr))
 
 
 def release_one(kube: Kube, hr: dict, window: float,
@@ -88,17 +100,14 @@ def release_one(kube: Kube, hr: dict, window: float,
         note = "the suspension is co-owned by another manager and was left in place"
     else:
         note = ""
-    # Judged after the lift: a lifted deleted release is unhandled until helm-controller
-    # reconciles the bumped generation.
-    unhandled = (current is not None and detect.is_terminating(current)
-                 and not detect.uninstall_reached(current)
-                 and C.HELM_CONTROLLER_FINALIZER not in (current["metadata"].get("finalizers") or []))
     try:
         if current is not None:
-            _remove_fences(prims, current, deadline)
+            current = _remove_fences(prims, current, deadline)
     except KubeError as exc:
         return FenceResult(ns, name, False, False, f"the fence could not be removed: {exc}")
-    return FenceResult(ns, name, True, unhandled, note)
+    # judged on the last state read: a lifted deleted release is unhandled until
+    # helm-controller reconciles the bumped generation
+    return FenceResult(ns, name, True, current is not None and without_uninstall(current), note)
 
 
 TERMINATING_ROWS = frozenset({
@@ -134,7 +143,19 @@ def wait_uninstalls(executor: Executor, releases: list[dict], timeout: float,
 
     Drain(executor, poll=poll).run(lambda: list(pending), timeout,
                                    only_rows=TERMINATING_ROWS, on_outcome=outcome)
-    still = [hr for key, hr in by_key.items() if key not in done]
+    still = []
+    for key, listed in by_key.items():
+        if key in done:
+            continue
+        ns, name = key.split("/", 1)
+        try:   # hand on the last state, not the listed copy the wait started from
+            hr = executor.kube.get_hr(ns, name)
+        except KubeError:
+            hr = listed                          # release_one re-reads on its own
+        if hr is None:
+            done[key] = FenceResult(ns, name, True, False, "the release is gone")
+        else:
+            still.append(hr)
     return still, list(done.values())
 
 

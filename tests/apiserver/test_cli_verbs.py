@@ -407,6 +407,24 @@ def test_release_fence_wait_reports_releases_it_released_while_waiting(cli, clus
     assert cluster.get(ns, "demo") is None
 
 
+def test_release_fence_counts_a_foreign_suspension_with_helm_controllers_finalizer_as_unhandled(
+        cli, cluster, ns):
+    """Deleted, suspended by another manager, helm-controller's finalizer still there: once
+    our fence goes helm-controller drops its finalizer without an uninstall."""
+    cluster.create_hr(ns)
+    hold(cluster, ns, suspend=False)
+    cluster.suspend(ns, "demo", True, manager="operator")
+    cluster.delete_hr(ns, "demo")
+    assert C.HELM_CONTROLLER_FINALIZER in cluster.get(ns, "demo")["metadata"]["finalizers"]
+    res = cli("release-fence", "-n", ns)
+    assert res.code == 0, res
+    assert "helmrelease.helm.toolkit.fluxcd.io/demo uninstall fence released without an uninstall" \
+        in res.out
+    assert "released 1 of 1 fenced HelmReleases, 1 without an uninstall" in res.out
+    hr = cluster.get(ns, "demo")
+    assert C.FENCE not in hr["metadata"]["finalizers"] and hr["spec"]["suspend"] is True
+
+
 # -- kubectl's connection flags ------------------------------------------------------------
 
 def _token_of(kubeconfig) -> str:
