@@ -118,9 +118,14 @@ class RemoteConfig:
     impersonate: str | None = None
 
 
+def _list(items: Any) -> list[Any]:
+    """A kubeconfig list (clusters, users, contexts); anything else counts as empty."""
+    return items if isinstance(items, list) else []
+
+
 def _named(items: Any, name: str, kind: str, source: str) -> dict[str, Any]:
     """The ``kind`` entry called ``name`` of a kubeconfig list (clusters, users, contexts)."""
-    for item in items if isinstance(items, list) else []:
+    for item in _list(items):
         if isinstance(item, dict) and item.get("name") == name:
             value = item.get(kind)
             return value if isinstance(value, dict) else {}
@@ -147,13 +152,13 @@ def parse_kubeconfig(data: bytes, source: str, *,
         raise RemoteError(f"{source}: invalid kubeconfig: not YAML") from None
     if not isinstance(cfg, dict):
         raise RemoteError(f"{source}: invalid kubeconfig: not a mapping")
-    for entry in cfg.get("clusters") or []:
+    for entry in _list(cfg.get("clusters")):
         cluster = (entry or {}).get("cluster") if isinstance(entry, dict) else None
         if isinstance(cluster, dict) and cluster.get("certificate-authority"):
             raise RemoteError(f"{source}: invalid kubeconfig: cluster {entry.get('name')!r} "
                               "references a certificate-authority file, only "
                               "certificate-authority-data is supported")
-    for entry in cfg.get("users") or []:
+    for entry in _list(cfg.get("users")):
         user = (entry or {}).get("user") if isinstance(entry, dict) else None
         for key, inline in (("tokenFile", "an inline token"),
                             ("client-certificate", "client-certificate-data"),

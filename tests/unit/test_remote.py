@@ -110,6 +110,10 @@ def test_plugins_are_unsupported(user, message):
     (kubeconfig(user={"client-certificate-data": b64("c")}), "must be given together"),
     (kubeconfig(cluster={"server": "https://x", "certificate-authority-data": "%%%"}),
      "not valid base64"),
+    (kubeconfig(clusters=5), "cluster 'tenant' is not defined"),
+    (kubeconfig(clusters=True), "cluster 'tenant' is not defined"),
+    (kubeconfig(users=7), "user 'u' is not defined"),
+    (kubeconfig(contexts=3), "context 'ctx' is not defined"),
 ])
 def test_malformed_kubeconfigs_give_one_line_reasons_without_content(data, message):
     with pytest.raises(RemoteError, match=message) as info:
