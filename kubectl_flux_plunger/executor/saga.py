@@ -254,12 +254,8 @@ class Saga(Handshake):
             if lifted is not None:
                 out.steps.append(RELINQUISH.done)
                 return
-            fresh = self._fresh(current)
-            if fresh is not None and detect.is_fenced(fresh) and (
-                    not detect.is_terminating(fresh)
-                    or (detect.is_suspended(fresh) and not ownership.owns_suspend(fresh))):
-                if self.remove_fence(fresh) is not None:
-                    out.steps.append("removed the fence")
+            if self._drop_fence_not_ours(current):
+                out.steps.append("removed the fence")
         except KubeError as exc:
             if not exc.conflict:
                 self._event(current, plan.UNSUSPEND_FAILED)
@@ -270,14 +266,34 @@ class Saga(Handshake):
                 out.detail = f"{out.detail}; {cleanup}"
             out.result, out.failed = Result.FAILED, True
 
+    def _drop_fence_not_ours(self, current: dict) -> bool:
+        """Our suspension is not ours any more: on a fresh read, drop our fence where SPEC
+        §6 says it must not outlive us (live; terminating and suspended by another
+        manager).  True when a fence was removed."""
+        fresh = self._fresh(current)
+        if fresh is not None and detect.is_fenced(fresh) and (
+                not detect.is_terminating(fresh)
+                or (detect.is_suspended(fresh) and not ownership.owns_suspend(fresh))):
+            return self.remove_fence(fresh) is not None
+        return False
+
     def _relinquish_or_warn(self, hr: dict, out: Outcome) -> None:
         try:
-            self.relinquish(hr)
+            lifted = self.relinquish(hr)
+            removed = lifted is None and self._drop_fence_not_ours(hr)
         except KubeError as exc:
             if not exc.conflict:
                 self._event(hr, plan.UNSUSPEND_FAILED)
             out.result, out.failed = Result.FAILED, True
             out.detail = f"could not lift our suspension: {exc}; {leftover_hint(hr)}"
+            return
+        if lifted is None:
+            # the suspension changed hands (or the release went) after the read that decided
+            out.result = Result.FENCE_REMOVED if removed else Result.UNCHANGED
+            out.detail = ("the suspension is no longer ours (another manager took "
+                          "spec.suspend, or the release is gone): nothing of ours to lift")
+            if removed:
+                out.steps.append("removed the fence")
             return
         out.result = Result.RELINQUISHED
         out.steps.append("lifted our suspension")

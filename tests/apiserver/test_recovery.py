@@ -442,3 +442,21 @@ def test_a_relinquish_outlasts_an_apiserver_outage_after_its_write_failed(plane,
     hr = cluster.get(ns, "demo")
     assert not owns_suspend(hr) and hr["spec"].get("suspend") is None
     assert C.FENCE not in hr["metadata"].get("finalizers", [])
+
+
+def test_a_suspension_taken_over_before_the_relinquish_is_not_reported_lifted(executor,
+                                                                              cluster, ns):
+    """resume-owned: another manager takes spec.suspend between the read that decided and
+    our relinquish (409, re-read: not ours any more) — nothing of ours was lifted, only
+    our fence on the live release is dropped."""
+    from kubectl_flux_plunger.verbs.recover import RESUME_ROWS
+    cluster.create_hr(ns)
+    hold(cluster, ns)
+    fired = inject(executor, lambda v, p: v == "APPLY",
+                   lambda: cluster.suspend(ns, "demo", False, manager="operator"))
+    out = executor.reconcile(ns, "demo", only_rows=RESUME_ROWS)
+    assert fired and out.result == "fence-removed" and not out.failed, out
+    assert "no longer ours" in out.detail, out
+    hr = cluster.get(ns, "demo")
+    assert hr["spec"]["suspend"] is False and not owns_suspend(hr)
+    assert C.FENCE not in hr["metadata"]["finalizers"]
