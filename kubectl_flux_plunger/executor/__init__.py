@@ -105,7 +105,9 @@ class Executor(DryRun):
                 if prev is None and not fresh:
                     # the LIST only chose candidates: every decision that acts is re-made
                     # on a fresh read (the listed copy may be minutes old by now)
-                    current = self.kube.get_hr(ns, name)
+                    current, fresh = self.kube.get_hr(ns, name), True
+                    if only_rows is not None:
+                        continue                 # its row must still be one of only_rows
                 out = self.apply_decision(ns, name, current)
                 if prev is not None:
                     if out.result == Result.UNCHANGED:

@@ -460,3 +460,16 @@ def test_a_suspension_taken_over_before_the_relinquish_is_not_reported_lifted(ex
     hr = cluster.get(ns, "demo")
     assert hr["spec"]["suspend"] is False and not owns_suspend(hr)
     assert C.FENCE not in hr["metadata"]["finalizers"]
+
+
+def test_settle_re_decides_only_rows_on_the_fresh_read(executor, cluster, ns):
+    """resume-owned chose the listed copy (our suspension); by the fresh read another
+    manager resumed the release: its row is no longer one resume-owned acts on."""
+    from kubectl_flux_plunger.verbs.recover import RESUME_ROWS
+    cluster.create_hr(ns)
+    listed = hold(cluster, ns)
+    cluster.suspend(ns, "demo", False, manager="operator")
+    out = executor.settle(listed, only_rows=RESUME_ROWS)
+    assert out.result == "unchanged" and out.row == "live-fenced", out
+    hr = cluster.get(ns, "demo")
+    assert hr["spec"]["suspend"] is False and C.FENCE in hr["metadata"]["finalizers"]
