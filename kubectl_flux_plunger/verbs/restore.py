@@ -95,10 +95,11 @@ def run(kube: Kube, doc: dict[str, Any], source: str, *, force: bool = False,
             if exc.conflict:
                 return refuse("it already exists; restore never overwrites")
             raise
-        result.action = "created"
-        result.detail = (f"created {ref} (revision {rev} of release "
-                         f"{(md.get('labels') or {}).get('name', '?')}){where} from {source}"
-                         + (" (server dry run)" if dry_run == "server" else ""))
+        # a server dry run is a would-create; the caller adds the one dry-run suffix
+        result.action = "would-create" if dry_run == "server" else "created"
+        result.detail = (f"{'would create' if dry_run == 'server' else 'created'} {ref} "
+                         f"(revision {rev} of release "
+                         f"{(md.get('labels') or {}).get('name', '?')}){where} from {source}")
         return result
     except RemoteError as exc:
         return refuse(str(exc))

@@ -93,6 +93,14 @@ def test_restore_puts_the_revision_back_and_never_overwrites(cluster, ns, hc, cl
     assert res.out.strip() == (f"would create Secret {ns}/sh.helm.release.v1.demo.v2 "
                                f"(revision 2) from {path} (dry run)"), res
     assert len(cluster.secret_names(ns, "demo")) == 1
+    res = cli("restore", str(path), "--dry-run=server")
+    assert res.code == 0, res
+    assert res.out.strip() == (f"would create Secret {ns}/sh.helm.release.v1.demo.v2 (revision "
+                               f"2 of release demo) from {path} (server dry run)"), res
+    res = cli("restore", str(path), "--dry-run=server", "-o", "json")
+    assert res.code == 0, res
+    assert json.loads(res.out)["items"][0]["action"] == "would-create", res
+    assert len(cluster.secret_names(ns, "demo")) == 1
     res = cli("restore", str(path))
     assert res.code == 0, res
     assert res.out.strip() == (f"created Secret {ns}/sh.helm.release.v1.demo.v2 (revision 2 of "
