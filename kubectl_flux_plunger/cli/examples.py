@@ -50,10 +50,10 @@ EXAMPLES: dict[str, str] = {
   {prog} release-fence -A --stop-deployment flux-plunger/flux-plunger""",
     "restore": """\
   # Put back a revision `recover --backup-dir ./backups` saved (first suspend the release)
-  {prog} restore ./backups/team-a/sh.helm.release.v1.podinfo.v3.yaml
+  {prog} restore ./backups/team-a_podinfo_v00000003_20260102T030405123456Z.json
 
   # See what would be created, sending nothing
-  {prog} restore ./backups/team-a/sh.helm.release.v1.podinfo.v3.yaml --dry-run""",
+  {prog} restore ./backups/team-a_podinfo_v00000003_20260102T030405123456Z.json --dry-run""",
     "version": """\
   # The client version only (no cluster needed)
   {prog} version --client

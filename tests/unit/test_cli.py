@@ -199,3 +199,16 @@ def test_hoist_refuses_a_flag_without_its_value():
     from kubectl_flux_plunger.cli.argv import hoist_global_flags
     with pytest.raises(click.UsageError, match="flag needs an argument: -n"):
         hoist_global_flags(cli, ["-n"])
+
+
+def test_the_restore_examples_name_a_file_recover_backup_dir_writes(tmp_path):
+    import re
+    from kubectl_flux_plunger.backup import DirectoryBackup
+    from kubectl_flux_plunger.cli.examples import EXAMPLES
+    shape = re.compile(r"[a-z0-9-]+_[a-z0-9.-]+_v\d{8}_\d{8}T\d{12}Z\.json")
+    written = DirectoryBackup(tmp_path).file_name(
+        {"metadata": {"namespace": "team-a", "name": "podinfo"}},
+        {"metadata": {"labels": {"version": "3"}}})
+    assert shape.fullmatch(written), written
+    files = re.findall(r"restore (\S+)", EXAMPLES["restore"])
+    assert files and all(shape.fullmatch(f.rsplit("/", 1)[-1]) for f in files), files
