@@ -235,6 +235,14 @@ def ssl_context(cfg: RemoteConfig) -> ssl.SSLContext:
     return ctx
 
 
+class _EncryptedKey(Exception):
+    """The client key asked for a passphrase."""
+
+
+def _no_passphrase() -> bytes:
+    raise _EncryptedKey
+
+
 def _load_client_cert(ctx: ssl.SSLContext, cert: bytes, key: bytes, cluster: str) -> None:
     """OpenSSL loads certificates from paths only: hand it an anonymous memory file."""
     memfd_create: Callable[..., int] | None = getattr(os, "memfd_create", None)
@@ -244,7 +252,11 @@ def _load_client_cert(ctx: ssl.SSLContext, cert: bytes, key: bytes, cluster: str
     fd = memfd_create("flux-plunger-client-cert", getattr(os, "MFD_CLOEXEC", 0))
     try:
         os.write(fd, cert.rstrip(b"\n") + b"\n" + key)
-        ctx.load_cert_chain(f"/proc/self/fd/{fd}")
+        # never OpenSSL's interactive passphrase prompt: an encrypted key is refused
+        ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=_no_passphrase)
+    except _EncryptedKey:
+        raise RemoteError(f"the client key of the kubeconfig for cluster {cluster!r} is "
+                          "encrypted; only an unencrypted client-key-data is supported") from None
     except (ssl.SSLError, OSError):
         raise RemoteError(f"the client certificate or key of the kubeconfig for cluster "
                           f"{cluster!r} is not valid PEM") from None

@@ -125,3 +125,34 @@ def test_malformed_kubeconfigs_give_one_line_reasons_without_content(data, messa
 def test_proxy_is_unsupported():
     with pytest.raises(Unsupported, match="proxy"):
         parse_kubeconfig(kubeconfig(cluster={"server": "https://x", "proxy-url": "http://p"}), SRC)
+
+
+def _client_pair(password: bytes | None) -> tuple[bytes, bytes]:
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "u")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1)
+            .not_valid_before(now).not_valid_after(now + dt.timedelta(days=1))
+            .sign(key, hashes.SHA256()))
+    enc = (serialization.BestAvailableEncryption(password) if password
+           else serialization.NoEncryption())
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM,
+                              serialization.PrivateFormat.PKCS8, enc))
+
+
+def test_an_encrypted_client_key_is_refused_without_a_passphrase_prompt():
+    from kubectl_flux_plunger.remote import RemoteConfig, ssl_context
+    cert, key = _client_pair(None)
+    ssl_context(RemoteConfig(server="https://x", cluster="tenant", cert_data=cert, key_data=key))
+    cert, key = _client_pair(b"secret-passphrase")
+    with pytest.raises(RemoteError, match="client key .* cluster 'tenant' is encrypted"):
+        ssl_context(RemoteConfig(server="https://x", cluster="tenant", cert_data=cert,
+                                 key_data=key))
