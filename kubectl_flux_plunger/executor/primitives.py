@@ -37,7 +37,8 @@ class Primitives:
 
     def retry_on_conflict(self, hr: dict | None, attempt: Callable[[dict], R], *, what: str,
                           timeout: float, transient: bool = False,
-                          reread: Callable[[dict], dict | None] | None = None) -> R | None:
+                          reread: Callable[[dict], dict | None] | None = None,
+                          stop: Callable[[], bool] | None = None) -> R | None:
         """The one conflict loop of every write primitive.
 
         ``attempt(current)`` decides on ``current`` and writes (or returns without writing
@@ -47,14 +48,17 @@ class Primitives:
         so a burst of foreign writes cannot make us give up on something still ours.  With
         ``transient`` a 429/5xx/unanswered request is retried the same way (the write is
         idempotent: it is re-decided on a fresh read).  ``reread`` replaces the GET (e.g.
-        the newer state a watch already carries).  Returns ``attempt``'s value, or None
-        when the release is gone."""
+        the newer state a watch already carries).  ``stop()`` true before an attempt
+        raises KubeError instead of writing (a caller's deadline passed).  Returns
+        ``attempt``'s value, or None when the release is gone."""
         deadline = time.monotonic() + timeout
         current: dict | None = hr
         delay, fresh = 0.0, True   # fresh: ``current`` is the newest read (attempt it)
         while True:
             if current is None:
                 return None
+            if fresh and stop is not None and stop():
+                raise KubeError(0, "Stopped", f"{what}: stopped before writing")
             try:
                 if not fresh:
                     # a transient failure of the re-read keeps the last state and retries
@@ -88,7 +92,8 @@ class Primitives:
         return self.retry_on_conflict(hr, attempt, what="lifting our suspension",
                                       timeout=self.opt.relinquish_timeout, transient=True)
 
-    def remove_fence(self, hr: dict, *, timeout: float | None = None) -> dict | None:
+    def remove_fence(self, hr: dict, *, timeout: float | None = None,
+                     stop: Callable[[], bool] | None = None) -> dict | None:
         """The one fence-removal primitive (the executor and release-fence): drop every
         copy of our fence, never spec.suspend, with a guarded JSON patch testing rv, uid and
         each fence index.  Re-reads and re-decides on conflict (the one retry rule of
@@ -102,7 +107,7 @@ class Primitives:
             return self.kube.json_patch_hr(md["namespace"], md["name"], ops)
         return self.retry_on_conflict(hr, attempt, what="removing the fence",
                                       timeout=self.opt.relinquish_timeout if timeout is None
-                                      else timeout, transient=True)
+                                      else timeout, transient=True, stop=stop)
 
     def acquire(self, hr: dict, revision: int, *, first: dict | None = None,
                 reread: Callable[[dict, bool], dict | None] | None = None) -> dict | None:

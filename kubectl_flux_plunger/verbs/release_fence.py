@@ -7,9 +7,11 @@ release cannot starve the rest.  Optionally first lets helm-controller finish un
 """
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 from .. import detect, ownership, writes
 from ..executor import Executor, Outcome, Result
@@ -42,7 +44,8 @@ class FenceResult:
         return f"released the uninstall fence from {ref}" + (f" ({self.detail})" if self.detail else "")
 
 
-def _lift_sole_suspension(prims: Executor, hr: dict, timeout: float) -> dict | None:
+def _lift_sole_suspension(prims: Executor, hr: dict, timeout: float,
+                          stop: Callable[[], bool] | None = None) -> dict | None:
     """Lift a suspension flux-plunger alone owns with the guarded JSON patch (never an
     apply).  Returns the release as last read or written (None when gone).  Raises
     KubeError at once for what retrying cannot change, or when ``timeout`` passes."""
@@ -53,10 +56,11 @@ def _lift_sole_suspension(prims: Executor, hr: dict, timeout: float) -> dict | N
         return prims.kube.json_patch_hr(md["namespace"], md["name"],
                                         writes.unsuspend_json_patch(current))
     return prims.retry_on_conflict(hr, attempt, what="lifting flux-plunger's suspension",
-                                   timeout=timeout, transient=True)
+                                   timeout=timeout, transient=True, stop=stop)
 
 
-def _remove_fences(prims: Executor, hr: dict, deadline: float) -> dict:
+def _remove_fences(prims: Executor, hr: dict, deadline: float,
+                   stop: Callable[[], bool] | None = None) -> dict:
     """Remove every copy of the fence with the executor's one fence-removal primitive;
     a fence that keeps coming back (a controller still running) is an error.  Returns the
     release as last read or written."""
@@ -65,7 +69,8 @@ def _remove_fences(prims: Executor, hr: dict, deadline: float) -> dict:
     for _ in range(MAX_FENCE_REMOVALS):
         if current is None or not detect.is_fenced(current):
             return last
-        current = prims.remove_fence(current, timeout=max(0.0, deadline - time.monotonic()))
+        current = prims.remove_fence(current, timeout=max(0.0, deadline - time.monotonic()),
+                                     stop=stop)
         last = current if current is not None else last
     if current is not None and detect.is_fenced(current):
         raise KubeError(409, "Conflict", "the fence keeps coming back; is a flux-plunger "
@@ -82,17 +87,17 @@ def without_uninstall(hr: dict) -> bool:
         or not detect.uninstall_reached(hr))
 
 
-def release_one(kube: Kube, hr: dict, window: float,
-                deadline: float | None = None) -> FenceResult:
+def release_one(kube: Kube, hr: dict, window: float, deadline: float | None = None,
+                stop: Callable[[], bool] | None = None) -> FenceResult:
     """Release one fenced release, retrying within ``window`` seconds and never past the
-    global ``deadline`` (a ``time.monotonic()`` value)."""
+    global ``deadline`` (a ``time.monotonic()`` value); no write starts once ``stop()``."""
     md = hr["metadata"]
     ns, name = md["namespace"], md["name"]
     own = time.monotonic() + window
     deadline = own if deadline is None else min(own, deadline)
     prims = Executor(kube)
     try:
-        current = _lift_sole_suspension(prims, hr, max(0.0, deadline - time.monotonic()))
+        current = _lift_sole_suspension(prims, hr, max(0.0, deadline - time.monotonic()), stop)
     except KubeError as exc:
         return FenceResult(ns, name, False, False,
                            f"flux-plunger's suspension could not be lifted: {exc}")
@@ -102,7 +107,7 @@ def release_one(kube: Kube, hr: dict, window: float,
         note = ""
     try:
         if current is not None:
-            current = _remove_fences(prims, current, deadline)
+            current = _remove_fences(prims, current, deadline, stop)
     except KubeError as exc:
         return FenceResult(ns, name, False, False, f"the fence could not be removed: {exc}")
     # judged on the last state read: a lifted deleted release is unhandled until
@@ -164,17 +169,19 @@ def run(kube: Kube, releases: list[dict], *, window: float = 60.0,
         concurrency: int = DEFAULT_CONCURRENCY) -> list[FenceResult]:
     """Release every fenced release, ``concurrency`` at a time, each retried within
     ``window`` seconds, all within the global ``deadline`` (``time.monotonic()``): a release
-    still unfinished then is reported NOT released, so the summary always comes in time.
-    Results in the order of ``releases``."""
+    still unfinished then is reported NOT released, so the summary always comes in time,
+    and starts no further write (only a request already sent may still land).  Results in
+    the order of ``releases``."""
     fenced = [hr for hr in releases if detect.is_fenced(hr)]
     if not fenced:
         return []
     results: dict[int, FenceResult] = {}
+    stopped = threading.Event()
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="fence")
+    futures: dict[Future[FenceResult], int] = {}
     try:
-        futures: dict[Future[FenceResult], int] = {
-            pool.submit(release_one, kube, hr, window, deadline): i
-            for i, hr in enumerate(fenced)}
+        for i, hr in enumerate(fenced):
+            futures[pool.submit(release_one, kube, hr, window, deadline, stopped.is_set)] = i
         pending = set(futures)
         while pending:
             remaining = None if deadline is None else deadline - time.monotonic()
@@ -182,23 +189,33 @@ def run(kube: Kube, releases: list[dict], *, window: float = 60.0,
                 break
             done, pending = wait(pending, timeout=remaining, return_when=FIRST_COMPLETED)
             for f in done:
-                i = futures[f]
-                try:
-                    results[i] = f.result()
-                except Exception as exc:  # noqa: BLE001 - one release never sinks the rest
-                    md = fenced[i]["metadata"]
-                    results[i] = FenceResult(md["namespace"], md["name"], False, False,
-                                             f"unexpected error: {exc}")
+                results[futures[f]] = _result(f, fenced[futures[f]])
     finally:
+        stopped.set()                  # a release still going starts no further write
         pool.shutdown(wait=False, cancel_futures=True)
-    out = []
-    for i, hr in enumerate(fenced):
-        if i not in results:
-            md = hr["metadata"]
+    for f, i in futures.items():
+        md = fenced[i]["metadata"]
+        if i in results:
+            continue
+        if f.cancelled():                        # never started
             results[i] = FenceResult(md["namespace"], md["name"], False, False,
                                      "the deadline passed before it could be released")
-        out.append(results[i])
-    return out
+        elif f.done():                           # finished right at the deadline
+            results[i] = _result(f, fenced[i])
+        else:
+            results[i] = FenceResult(
+                md["namespace"], md["name"], False, False,
+                "the deadline passed while it was being released (stopped before its next "
+                "write; one already sent may still release it)")
+    return [results[i] for i in range(len(fenced))]
+
+
+def _result(f: Future[FenceResult], hr: dict) -> FenceResult:
+    try:
+        return f.result()
+    except Exception as exc:  # noqa: BLE001 - one release never sinks the rest
+        md = hr["metadata"]
+        return FenceResult(md["namespace"], md["name"], False, False, f"unexpected error: {exc}")
 
 
 def summary(results: list[FenceResult]) -> str:
