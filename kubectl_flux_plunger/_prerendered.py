@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '10eb6bd3'
+FINGERPRINT = '9f54dda3'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -551,7 +551,8 @@ def resume_owned(kubeconfig: str | None, kube_context: str | None,
 @click.option("--stop-deployment", metavar="NS/NAME",
               help="First scale the controller's Deployment NS/NAME to zero and wait for its "
                    "pods (what the chart's uninstall hook runs); no fence is touched unless "
-                   "the scale succeeded.")
+                   "the scale succeeded or the Deployment does not exist (nothing to stop, "
+                   "e.g. the hook running again after it was deleted).")
 @click.option("--stop-timeout", type=DURATION, default="100s", show_default=True,
               help="How long --stop-deployment waits for the pods to go (and, when some did "
                    "not, once more after the sweep before looking for fences set behind it).")

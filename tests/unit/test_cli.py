@@ -212,3 +212,10 @@ def test_the_restore_examples_name_a_file_recover_backup_dir_writes(tmp_path):
     assert shape.fullmatch(written), written
     files = re.findall(r"restore (\S+)", EXAMPLES["restore"])
     assert files and all(shape.fullmatch(f.rsplit("/", 1)[-1]) for f in files), files
+
+
+def test_stop_deployment_help_names_the_not_found_case_the_hook_relies_on():
+    """tests/apiserver/test_deploy_manifests.py: without the Deployment the sweep still runs;
+    the help must not promise that no fence is touched then."""
+    out = " ".join(run("release-fence", "--help").stdout.split())
+    assert "unless the scale succeeded or the Deployment does not exist" in out, out
