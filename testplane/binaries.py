@@ -59,6 +59,15 @@ TARGETS = {
     "validate-krew-manifest": Target("validate-krew-manifest", "krew", "sigs.k8s.io/krew",
                                      "sigs.k8s.io/krew/cmd/validate-krew-manifest"),
     "helm": Target("helm", "helm", "helm.sh/helm/v4", "helm.sh/helm/v4/cmd/helm"),
+    # the kind tier (testplane/images.py): node binaries, kind, crictl, source-controller
+    **{cmd: Target(cmd, "k8s-node", "k8s.io/kubernetes", f"k8s.io/kubernetes/cmd/{cmd}")
+       for cmd in ("kubelet", "kubeadm", "kubectl", "kube-controller-manager",
+                   "kube-scheduler", "kube-proxy")},
+    "kind": Target("kind", "kind", "sigs.k8s.io/kind", "sigs.k8s.io/kind"),
+    "crictl": Target("crictl", "crictl", "sigs.k8s.io/cri-tools", "sigs.k8s.io/cri-tools/cmd/crictl"),
+    "source-controller": Target("source-controller", "source-controller",
+                                "github.com/fluxcd/source-controller",
+                                "github.com/fluxcd/source-controller"),
 }
 
 # CRDs taken from module sources in the Go module cache: (module, version source, files).
