@@ -32,3 +32,16 @@ if ! command -v go >/dev/null 2>&1 && [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
 fi
 # kube-apiserver, etcd, CRDs, helm-controller, krew (each built once, then cached)
 .venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm}
+
+# --- kind tier (issue 11): only when asked ------------------------------------------------
+# FLUX_PLUNGER_KIND_BUILD=1 (hack/test.sh sets it with KIND_ENGINE=start) builds what the kind
+# tier runs on a machine that cannot pull images: kind, crictl, the Kubernetes node binaries
+# and source-controller from Go modules, then the node image, Flux's controller images and
+# the Python base (testplane/images.py; Debian rootfs via debootstrap).  All cached by version;
+# a warm cache builds nothing.  Needs a running Docker engine (DOCKER_HOST).
+if [ "${FLUX_PLUNGER_KIND_BUILD:-}" = 1 ]; then
+  nice -n 19 .venv/bin/python -m testplane.binaries kind crictl kubeadm kubelet kubectl \
+    kube-controller-manager kube-scheduler kube-proxy source-controller
+  nice -n 19 .venv/bin/python -m testplane.images all
+fi
+# --- end kind tier --------------------------------------------------------------------------

@@ -1,0 +1,296 @@
+"""flux-plunger's own image as its users run it, in a kind cluster with Flux:
+
+2. installed by `helm install` of the chart (and by the kustomize base): Ready, leads with its
+   in-cluster ServiceAccount, recovers a release broken as the e2e tier breaks them; pod logs
+   and /metrics show it.
+3. a rolling update: the old pod drains on SIGTERM within its grace period, the new one leads
+   within drain + 5 s, the recovery that was in flight leaves nothing suspended or fenced.
+5. the leader killed with --grace-period=0 --force mid-recovery: the next pod finishes it
+   after the Lease expires.
+4. `helm uninstall` runs the real pre-delete hook Job: it stops the Deployment, releases every
+   fence (one on a release deleted during recovery, which helm-controller then uninstalls) and
+   exits 0; a fence that cannot be removed fails the Job and Helm keeps the release.
+
+The tests run in this order and share one installation of the chart (module fixture)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from kubectl_flux_plunger import constants as C
+from testplane.cluster import Cluster
+from testplane.helmctl import break_release, is_ready, ready, request_reconcile
+from testplane.kind import KindFlux, Setup, wait_until
+
+from .conftest import (DRAIN, GRACE, PLUNGER_NS, ROOT, HRWatch, Plunger, fenced, helm_install,
+                       install_release, skip_reason, start_inflight, suspended)
+
+pytestmark = pytest.mark.skipif(bool(skip_reason()), reason=skip_reason())
+
+
+def _clean_and_ready(kcluster: Cluster, ns: str, name: str = "demo", timeout: float = 180) -> dict:
+    def ok() -> dict | None:
+        hr = kcluster.get(ns, name)
+        if hr and is_ready(hr) and not suspended(hr) and not fenced(hr):
+            return hr
+        return None
+    return wait_until(ok, timeout, f"{ns}/{name} Ready=True, not suspended, not fenced",
+                      detail=lambda: json.dumps(kcluster.get(ns, name), indent=1)[-2500:])
+
+
+def _only_deployed(kcluster: Cluster, ns: str, name: str = "demo") -> list[str]:
+    return [s["metadata"]["labels"]["status"]
+            for s in kcluster.kube.list_secrets(ns, f"owner=helm,name={name}")]
+
+
+def _recovered_in_logs(plunger: Plunger, pod: str, ns: str, name: str = "demo") -> list[dict]:
+    return [r for r in plunger.log_records(pod)
+            if r.get("release") == f"{ns}/{name}" and r.get("result") == "recovered"]
+
+
+# -- 2: the chart ---------------------------------------------------------------------------
+
+def test_chart_install_leads_and_recovers_a_stuck_release(
+        kind_flux: KindFlux, kcluster: Cluster, helm_plunger: Plunger) -> None:
+    leader = helm_plunger.leader_pod()
+    pod = kind_flux.get_json("-n", PLUNGER_NS, "pod", leader)
+    assert pod["spec"]["serviceAccountName"] == "flux-plunger"
+    assert pod["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
+    lease = helm_plunger.lease()
+    assert lease["metadata"]["namespace"] == PLUNGER_NS
+    # the Lease was written by the pod's own ServiceAccount
+    managers = {m.get("manager") for m in lease["metadata"].get("managedFields", [])}
+    assert managers, lease["metadata"]
+
+    ns = kcluster.namespace("k2")
+    install_release(kind_flux, kcluster, ns)
+    before = helm_plunger.metric("flux_plunger_recoveries_total", result="recovered") or 0.0
+    break_release(kcluster.kube, ns, "demo")
+    request_reconcile(kcluster.kube, ns, "demo")
+    hr = _clean_and_ready(kcluster, ns)
+    assert ready(hr)[1] in ("InstallSucceeded", "UpgradeSucceeded"), ready(hr)
+    assert hr["metadata"]["annotations"].get(C.PROCESSED_ANNOTATION), hr["metadata"]
+    assert _only_deployed(kcluster, ns) == ["deployed"]
+    records = wait_until(lambda: _recovered_in_logs(helm_plunger, leader, ns), 30,
+                         f"a 'recovered' log record for {ns}/demo in pod {leader}")
+    assert records[0]["revision"] >= 1
+    wait_until(lambda: (helm_plunger.metric("flux_plunger_recoveries_total", result="recovered")
+                        or 0.0) >= before + 1, 30, "/metrics to count the recovery")
+
+
+# -- 3: a rolling update ----------------------------------------------------------------------
+
+def test_rolling_update_drains_the_old_pod_and_the_new_one_leads(
+        kind_flux: KindFlux, kcluster: Cluster, helm_plunger: Plunger) -> None:
+    ns = kcluster.namespace("k3")
+    install_release(kind_flux, kcluster, ns)
+    flight = start_inflight(kind_flux, kcluster, helm_plunger, ns)
+    old = flight.leader
+    watch = HRWatch(kind_flux, ns, "demo")
+    logs = subprocess.Popen([str(kind_flux.setup.kubectl), "-n", PLUNGER_NS, "logs", "-f", old],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={"KUBECONFIG": str(kind_flux.kubeconfig), "PATH": "/usr/bin:/bin"})
+    try:
+        time.sleep(1)  # let `logs -f` attach before the pod is told to stop
+        t0 = time.monotonic()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        kind_flux.kubectl("-n", PLUNGER_NS, "patch", "deployment", "flux-plunger", "--type=merge",
+                          "-p", json.dumps({"spec": {"template": {"metadata": {"annotations": {
+                              "kubectl.kubernetes.io/restartedAt": stamp}}}}}))
+        out, _ = logs.communicate(timeout=GRACE + 30)
+        t_exit = time.monotonic()
+        new = helm_plunger.leader_pod(timeout=DRAIN + 30, other_than=old)
+        t_lead = time.monotonic()
+    finally:
+        if logs.poll() is None:
+            logs.kill()
+        watch.stop()
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    messages = [r.get("msg") or r.get("message") or "" for r in records]
+    assert any("stopped" in m and "flux-plunger controller" in m for m in messages), messages[-15:]
+    stopped = [r for r in records if "flux-plunger controller stopped" in (r.get("msg") or r.get("message") or "")]
+    assert stopped and stopped[-1].get("exit") == 0, stopped
+    assert t_exit - t0 < GRACE, f"the old pod took {t_exit - t0:.1f}s of its {GRACE}s grace"
+    assert new != old
+    assert t_lead - t0 <= DRAIN + 5, (f"the new pod led {t_lead - t0:.1f}s after the update "
+                                     f"(drain {DRAIN}s + 5s allowed)")
+    # between the old pod's exit and the new leader, the release was neither suspended nor fenced
+    window = watch.between(t0, t_exit + 0.5)
+    assert window, "the watch saw no state of the release during the drain"
+    last = window[-1]
+    assert not suspended(last) and not fenced(last), last["metadata"].get("finalizers")
+    flight.restore()
+    _clean_and_ready(kcluster, ns)
+    assert _only_deployed(kcluster, ns) == ["deployed"]
+
+
+# -- 5: the leader killed -----------------------------------------------------------------------
+
+def test_killed_leader_is_replaced_and_the_recovery_finishes(
+        kind_flux: KindFlux, kcluster: Cluster, helm_plunger: Plunger) -> None:
+    ns = kcluster.namespace("k5")
+    install_release(kind_flux, kcluster, ns)
+    flight = start_inflight(kind_flux, kcluster, helm_plunger, ns)
+    old = flight.leader
+    lease_before = helm_plunger.lease()["spec"]
+    t0 = time.monotonic()
+    kind_flux.kubectl("-n", PLUNGER_NS, "delete", "pod", old, "--grace-period=0", "--force",
+                      "--wait=false")
+    new = helm_plunger.leader_pod(timeout=120, other_than=old)
+    t_lead = time.monotonic()
+    lease = helm_plunger.lease()["spec"]
+    assert lease["holderIdentity"].startswith(new + "_")
+    # the killed leader never released it: the successor waited for it to expire
+    assert t_lead - t0 >= lease_before.get("leaseDurationSeconds", 15) * 0.5, \
+        f"the new pod led {t_lead - t0:.1f}s after the kill, before the Lease could expire"
+    hr = kcluster.get(ns, "demo")
+    assert suspended(hr) and fenced(hr), "the killed leader's suspension should still be there"
+    flight.restore()
+    hr = _clean_and_ready(kcluster, ns)
+    assert hr["metadata"]["annotations"].get(C.PROCESSED_ANNOTATION)
+    assert _only_deployed(kcluster, ns) == ["deployed"]
+
+
+# -- 4: helm uninstall and its pre-delete hook ------------------------------------------------
+
+KEEP_FENCE_POLICY = """apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: kfp-test-keep-fence
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ["helm.toolkit.fluxcd.io"]
+      apiVersions: ["*"]
+      operations: ["UPDATE"]
+      resources: ["helmreleases"]
+  validations:
+  - expression: >-
+      !(has(oldObject.metadata.finalizers) && '{fence}' in oldObject.metadata.finalizers) ||
+      (has(object.metadata.finalizers) && '{fence}' in object.metadata.finalizers)
+    message: "test policy: this uninstall fence cannot be removed"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: kfp-test-keep-fence
+spec:
+  policyName: kfp-test-keep-fence
+  validationActions: ["Deny"]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+"""
+
+
+def _hook_job(kind_flux: KindFlux) -> dict | None:
+    return kind_flux.get_json("-n", PLUNGER_NS, "job", "flux-plunger-uninstall-cleanup")
+
+
+def test_helm_uninstall_hook_fails_on_a_fence_that_cannot_be_removed(
+        kind_flux: KindFlux, kcluster: Cluster, helm_plunger: Plunger,
+        plunger_image: str, kind_setup: Setup) -> None:
+    helm_install(kind_flux, plunger_image, kind_setup, "--set", "uninstallCleanup.retryWindowSeconds=10")
+    helm_plunger.leader_pod()
+    ns = kcluster.namespace("k4b")
+    install_release(kind_flux, kcluster, ns)
+    kcluster.merge(ns, "demo", {"metadata": {"finalizers": ["finalizers.fluxcd.io", C.FENCE]}})
+    kind_flux.apply(KEEP_FENCE_POLICY.replace("{fence}", C.FENCE).replace("{ns}", ns))
+    try:
+        def denied() -> bool:
+            probe = kind_flux.kubectl("-n", ns, "patch", "helmrelease", "demo", "--type=json",
+                                      "--dry-run=server", "-p",
+                                      json.dumps([{"op": "remove", "path": "/metadata/finalizers/1"}]),
+                                      check=False)
+            return probe.returncode != 0 and "cannot be removed" in probe.stderr
+        wait_until(denied, 60, "the test policy to deny removing the fence")
+        res = kind_flux.helm("uninstall", "flux-plunger", "-n", PLUNGER_NS, "--timeout", "5m",
+                             check=False, timeout=400)
+        assert res.returncode != 0, res.stdout
+        job = _hook_job(kind_flux)
+        assert job is not None and job["status"].get("failed", 0) >= 1, job and job["status"]
+        report = kind_flux.logs(PLUNGER_NS, "job/flux-plunger-uninstall-cleanup")
+        assert f"NOT released {ns}/demo" in report, report
+        # Helm kept the release
+        assert kind_flux.helm("status", "flux-plunger", "-n", PLUNGER_NS, check=False).returncode == 0
+        assert fenced(kcluster.get(ns, "demo"))
+    finally:
+        kind_flux.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy",
+                          "kfp-test-keep-fence", "--ignore-not-found", check=False)
+    # the way out: the blocker gone, the uninstall again (hook included) succeeds
+    wait_until(lambda: kind_flux.helm("uninstall", "flux-plunger", "-n", PLUNGER_NS, "--timeout",
+                                      "5m", check=False, timeout=400).returncode == 0
+               or kind_flux.helm("status", "flux-plunger", "-n", PLUNGER_NS, check=False).returncode != 0,
+               420, "helm uninstall to succeed once the fence can go", interval=5)
+    assert not fenced(kcluster.get(ns, "demo"))
+
+
+def test_helm_uninstall_hook_releases_every_fence_and_exits_0(
+        kind_flux: KindFlux, kcluster: Cluster, helm_plunger: Plunger,
+        plunger_image: str, kind_setup: Setup) -> None:
+    helm_install(kind_flux, plunger_image, kind_setup)
+    helm_plunger.leader_pod()
+    ns = kcluster.namespace("k4")
+    install_release(kind_flux, kcluster, ns)
+    flight = start_inflight(kind_flux, kcluster, helm_plunger, ns)
+    # the release is deleted while its recovery is in flight: helm-controller (down) has not
+    # uninstalled it; the fence keeps it
+    kind_flux.kubectl("-n", ns, "delete", "helmrelease", "demo", "--wait=false")
+    wait_until(lambda: (kcluster.get(ns, "demo") or {}).get("metadata", {}).get("deletionTimestamp"),
+               30, "the deletion to be recorded")
+    try:
+        res = kind_flux.helm("uninstall", "flux-plunger", "-n", PLUNGER_NS, "--timeout", "5m",
+                             timeout=400)
+    finally:
+        report = kind_flux.logs(PLUNGER_NS, "job/flux-plunger-uninstall-cleanup")
+    assert "scaled Deployment flux-plunger/flux-plunger to zero" in report, report
+    job = _hook_job(kind_flux)
+    assert job is not None and job["status"].get("succeeded") == 1, job and job["status"]
+    assert f"{ns}/demo" in report and "NOT released" not in report, report
+    assert kind_flux.get_json("-n", PLUNGER_NS, "deployment", "flux-plunger") is None, res.stdout
+    hr = kcluster.get(ns, "demo")
+    assert hr is not None and not fenced(hr) and not suspended(hr), hr
+    # helm-controller, back, uninstalls the deleted release
+    flight.restore()
+    wait_until(lambda: kcluster.get(ns, "demo") is None, 120, f"{ns}/demo to be uninstalled and go",
+               detail=lambda: kind_flux.flux_logs("helm-controller")[-2000:])
+    assert kind_flux.get_json("-n", ns, "configmap", "demo-cm") is None
+    assert _only_deployed(kcluster, ns) == []
+
+
+# -- 2b: the kustomize base ---------------------------------------------------------------------
+
+def test_kustomize_base_installs_a_controller_that_recovers(
+        kind_flux: KindFlux, kcluster: Cluster, plunger_image: str, tmp_path: Path) -> None:
+    if kind_flux.helm("status", "flux-plunger", "-n", PLUNGER_NS, check=False).returncode == 0:
+        kind_flux.helm("uninstall", "flux-plunger", "-n", PLUNGER_NS, "--timeout", "5m", timeout=400)
+    repo, _, tag = plunger_image.rpartition(":")
+    base = os.path.relpath(ROOT / "controller" / "kustomize", tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n- {base}\n"
+        f"images:\n- name: kubectl-flux-plunger\n  newName: {repo}\n  newTag: {tag}\n")
+    kind_flux.kubectl("apply", "--server-side", "-k", str(tmp_path), timeout=120)
+    plunger = Plunger(kind_flux)
+    try:
+        leader = plunger.leader_pod(timeout=180)
+        ns = kcluster.namespace("k2k")
+        install_release(kind_flux, kcluster, ns)
+        break_release(kcluster.kube, ns, "demo")
+        request_reconcile(kcluster.kube, ns, "demo")
+        _clean_and_ready(kcluster, ns)
+        assert _only_deployed(kcluster, ns) == ["deployed"]
+        wait_until(lambda: _recovered_in_logs(plunger, leader, ns), 30,
+                   f"a 'recovered' log record for {ns}/demo")
+        wait_until(lambda: (plunger.metric("flux_plunger_recoveries_total", result="recovered")
+                            or 0.0) >= 1, 30, "/metrics to count the recovery")
+    finally:
+        kind_flux.kubectl("delete", "-k", str(tmp_path), "--ignore-not-found", "--wait=false",
+                          check=False, timeout=120)
