@@ -151,9 +151,13 @@ def flux_versions() -> dict[str, str]:
 
 # -- rootfs images ----------------------------------------------------------------------
 
+DEBIAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
 def rootfs_image(name: str, packages: tuple[str, ...]) -> str:
-    """A ``docker import`` of a debootstrap minbase rootfs with ``packages``."""
-    key = _key(SUITE, *packages)
+    """A ``docker import`` of a debootstrap minbase rootfs with ``packages`` (PATH set in the
+    image: containerd inside the node supplies none)."""
+    key = _key(SUITE, *packages, DEBIAN_PATH)
     tag = f"{PREFIX}/rootfs-{name}:{SUITE}-{key}"
     if has_image(tag):
         return tag
@@ -166,7 +170,7 @@ def rootfs_image(name: str, packages: tuple[str, ...]) -> str:
         if proc.returncode != 0:
             raise ImageError(f"building the {name} rootfs failed:\n{proc.stderr.strip()[-2000:]}")
         log(f"rootfs '{name}' in {time.monotonic() - started:.0f}s")
-    docker("import", str(tar), tag)
+    docker("import", "--change", f"ENV PATH={DEBIAN_PATH}", str(tar), tag)
     tar.unlink()
     return tag
 
@@ -308,7 +312,10 @@ def node_base_image() -> str:
 
 
 def _exec(cid: str, script: str, stdin: bytes | None = None) -> str:
-    return docker("exec", "-i", cid, "bash", "-euc", script, stdin=stdin)
+    try:
+        return docker("exec", "-i", cid, "bash", "-euc", script, stdin=stdin)
+    except ImageError as exc:
+        raise ImageError(f"{exc}\n(in the node build container: {script})") from None
 
 
 def node_image() -> str:
@@ -337,7 +344,7 @@ def node_image() -> str:
         _exec(cid, "cat > /kind/manifests/default-cni.yaml", DEFAULT_CNI_MANIFEST.encode())
         _exec(cid, f"sed -i 's#sandbox_image = .*#sandbox_image = \"{pause}\"#' "
                    "/etc/containerd/config.toml")
-        _exec(cid, "nohup containerd >/tmp/containerd.log 2>&1 &")
+        docker("exec", "-d", cid, "bash", "-c", "containerd >/tmp/containerd.log 2>&1")
         deadline = time.monotonic() + 60
         while True:
             probe = subprocess.run([docker_bin(), "exec", cid, "ctr", "--namespace=k8s.io", "version"],

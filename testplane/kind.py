@@ -243,6 +243,9 @@ class KindFlux:
         config = self.workdir / "kind.yaml"
         config.write_text(kind_config(self.setup))
         started = time.monotonic()
+        # a cluster of this name left by an interrupted run would be reused: start clean
+        subprocess.run([str(self.setup.kind), "delete", "cluster", "--name", self.name],
+                       capture_output=True, timeout=180)
         self._cluster = KindCluster(self.name, kubeconfig=self.kubeconfig,
                                     image=self.setup.node_image, kind_path=self.setup.kind,
                                     kubectl_path=self.setup.kubectl)

@@ -161,13 +161,17 @@ class Plunger:
     def holder(self) -> str:
         return ((self.lease() or {}).get("spec") or {}).get("holderIdentity") or ""
 
-    def leader_pod(self, timeout: float = 120, other_than: str | None = None) -> str:
-        """Name of the pod that holds the Lease (a live, Ready pod of this Deployment)."""
+    def leader_pod(self, timeout: float = 120, other_than: str | None = None,
+                   require_ready: bool = True) -> str:
+        """Name of the pod of this Deployment that holds the Lease (and is Ready, unless
+        ``require_ready`` is false: leading does not wait for the readiness probe)."""
         def found() -> str | None:
             holder = self.holder()
+            if other_than and holder.startswith(other_than + "_"):
+                return None
             for p in self.pods():
                 name = p["metadata"]["name"]
-                if holder.startswith(name + "_") and name != other_than and pod_ready(p):
+                if holder.startswith(name + "_") and (pod_ready(p) or not require_ready):
                     return name
             return None
         return str(wait_until(found, timeout, f"a flux-plunger pod to hold the Lease "
