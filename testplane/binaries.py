@@ -165,10 +165,12 @@ def ensure(name: str, log=sys.stderr) -> Path:
     return binary
 
 
-def module_dir(module: str, wrapper: str) -> Path:
-    """Source directory of ``module`` (at the wrapper's pinned version) in the module cache."""
-    version = module_version(wrapper, module) if module != "github.com/fluxcd/source-controller" \
-        else source_controller_version()
+def module_dir(module: str, wrapper: str, version: str | None = None) -> Path:
+    """Source directory of ``module`` (at ``version``, by default the wrapper's pinned
+    version) in the module cache."""
+    if version is None:
+        version = module_version(wrapper, module) if module != "github.com/fluxcd/source-controller" \
+            else source_controller_version()
     proc = subprocess.run([_go(), "mod", "download", "-json", f"{module}@{version}"],
                           cwd=WRAPPERS / wrapper, env=_go_env(), capture_output=True, text=True)
     try:

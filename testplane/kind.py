@@ -296,7 +296,9 @@ class KindFlux:
 
     def crd_files(self) -> list[Path]:
         hc = binaries.module_dir("github.com/fluxcd/helm-controller", "helm-controller")
-        sc = binaries.module_dir("github.com/fluxcd/source-controller", "source-controller")
+        sc_module = "github.com/fluxcd/source-controller"
+        sc = binaries.module_dir(sc_module, "source-controller",
+                                 binaries.module_version("source-controller", sc_module))
         files = [hc / "config" / "crd" / "bases" / "helm.toolkit.fluxcd.io_helmreleases.yaml"]
         files += sorted((sc / "config" / "crd" / "bases").glob("source.toolkit.fluxcd.io_*.yaml"))
         return files
