@@ -23,12 +23,13 @@ from pathlib import Path
 import pytest
 
 from kubectl_flux_plunger import constants as C
+from testplane import images
 from testplane.cluster import Cluster
 from testplane.helmctl import break_release, is_ready, ready, request_reconcile
-from testplane.kind import KindFlux, Setup, wait_until
+from testplane.kind import FLUX_NS, KindFlux, Setup, wait_until
 
 from .conftest import (DRAIN, GRACE, PLUNGER_NS, ROOT, HRWatch, Plunger, fenced, helm_install,
-                       install_release, skip_reason, start_inflight, stuck, suspended)
+                       install_release, scale, skip_reason, start_inflight, stuck, suspended)
 
 pytestmark = pytest.mark.skipif(bool(skip_reason()), reason=skip_reason())
 
@@ -166,7 +167,13 @@ def test_killed_leader_is_replaced_and_the_recovery_finishes(
     flight = start_inflight(kind_flux, kcluster, helm_plunger, ns)
     old = flight.leader
     lease_before = helm_plunger.lease()["spec"]
+    # `delete --grace-period=0 --force` alone still lets the kubelet send SIGTERM (it keeps a
+    # 2 s minimum), and flux-plunger gives its Lease up on SIGTERM: a crash is SIGKILL first
+    pod = kind_flux.get_json("-n", PLUNGER_NS, "pod", old)
+    cid = pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
     t0 = time.monotonic()
+    subprocess.run([images.docker_bin(), "exec", f"{kind_flux.name}-control-plane", "crictl",
+                    "stop", "--timeout", "0", cid], check=True, capture_output=True, timeout=60)
     kind_flux.kubectl("-n", PLUNGER_NS, "delete", "pod", old, "--grace-period=0", "--force",
                       "--wait=false")
     new = helm_plunger.leader_pod(timeout=120, other_than=old, require_ready=False)
@@ -265,34 +272,62 @@ def test_helm_uninstall_hook_fails_on_a_fence_that_cannot_be_removed(
 def test_helm_uninstall_hook_releases_every_fence_and_exits_0(
         kind_flux: KindFlux, kcluster: Cluster, helm_plunger: Plunger,
         plunger_image: str, kind_setup: Setup) -> None:
+    """Two fenced releases when the chart is uninstalled, both deleted while helm-controller
+    is down: ``stuck`` with flux-plunger's recovery in flight, ``held`` healthy but still held
+    as a crashed recovery leaves it.  The hook stops the Deployment, releases both fences and
+    exits 0; helm-controller, back, uninstalls ``held``.  (``stuck`` goes without an
+    uninstall: helm-controller's failed upgrade cleared its status.history, and it skips the
+    uninstall of a release with no history — its own behaviour, fluxcd/flux2#4614.)"""
+    from tests.apiserver.conftest import hold
     helm_install(kind_flux, plunger_image, kind_setup)
     helm_plunger.leader_pod()
     ns = kcluster.namespace("k4")
-    install_release(kind_flux, kcluster, ns)
-    flight = start_inflight(kind_flux, kcluster, helm_plunger, ns)
-    # the release is deleted while its recovery is in flight: helm-controller (down) has not
-    # uninstalled it; the fence keeps it
-    kind_flux.kubectl("-n", ns, "delete", "helmrelease", "demo", "--wait=false")
-    wait_until(lambda: (kcluster.get(ns, "demo") or {}).get("metadata", {}).get("deletionTimestamp"),
-               30, "the deletion to be recorded")
+    install_release(kind_flux, kcluster, ns, "held")
+    install_release(kind_flux, kcluster, ns, "stuck")
+    helm_plunger.scale(0)
+    hold(kcluster, ns, "held")
+    watch = _broken(kind_flux, kcluster, ns, "stuck")
+    watch.stop()
+    wait_until(lambda: stuck(kcluster.get(ns, "stuck")), 120, f"{ns}/stuck stuck")
+    scale(kind_flux, FLUX_NS, "helm-controller", 0, "app=helm-controller")
+    restored = False
     try:
-        res = kind_flux.helm("uninstall", "flux-plunger", "-n", PLUNGER_NS, "--timeout", "5m",
-                             timeout=400)
+        kind_flux.kubectl("-n", ns, "delete", "helmrelease", "held", "--wait=false")
+        helm_plunger.scale(1)
+        helm_plunger.leader_pod()
+        wait_until(lambda: (lambda hr: suspended(hr) and fenced(hr))(kcluster.get(ns, "stuck")),
+                   90, f"flux-plunger to suspend and fence {ns}/stuck")
+        # its recovery in flight, the release is deleted
+        kind_flux.kubectl("-n", ns, "delete", "helmrelease", "stuck", "--wait=false")
+        for name in ("held", "stuck"):
+            wait_until(lambda n=name: (lambda hr: hr and hr["metadata"].get("deletionTimestamp")
+                                       and fenced(hr))(kcluster.get(ns, n)),
+                       30, f"{ns}/{name} terminating and fenced")
+        try:
+            kind_flux.helm("uninstall", "flux-plunger", "-n", PLUNGER_NS, "--timeout", "5m",
+                           timeout=400)
+        finally:
+            report = kind_flux.logs(PLUNGER_NS, "job/flux-plunger-uninstall-cleanup")
+        assert "scaled Deployment flux-plunger/flux-plunger to zero" in report, report
+        job = _hook_job(kind_flux)
+        assert job is not None and job["status"].get("succeeded") == 1, job and job["status"]
+        assert f"{ns}/held" in report and f"{ns}/stuck" in report, report
+        assert "NOT released" not in report, report
+        assert kind_flux.get_json("-n", PLUNGER_NS, "deployment", "flux-plunger") is None
+        for name in ("held", "stuck"):
+            hr = kcluster.get(ns, name)
+            assert hr is not None and not fenced(hr) and not suspended(hr), hr
+        scale(kind_flux, FLUX_NS, "helm-controller", 1, "app=helm-controller")
+        restored = True
     finally:
-        report = kind_flux.logs(PLUNGER_NS, "job/flux-plunger-uninstall-cleanup")
-    assert "scaled Deployment flux-plunger/flux-plunger to zero" in report, report
-    job = _hook_job(kind_flux)
-    assert job is not None and job["status"].get("succeeded") == 1, job and job["status"]
-    assert f"{ns}/demo" in report and "NOT released" not in report, report
-    assert kind_flux.get_json("-n", PLUNGER_NS, "deployment", "flux-plunger") is None, res.stdout
-    hr = kcluster.get(ns, "demo")
-    assert hr is not None and not fenced(hr) and not suspended(hr), hr
-    # helm-controller, back, uninstalls the deleted release
-    flight.restore()
-    wait_until(lambda: kcluster.get(ns, "demo") is None, 120, f"{ns}/demo to be uninstalled and go",
-               detail=lambda: kind_flux.flux_logs("helm-controller")[-2000:])
-    assert kind_flux.get_json("-n", ns, "configmap", "demo-cm") is None
-    assert _only_deployed(kcluster, ns) == []
+        if not restored:
+            scale(kind_flux, FLUX_NS, "helm-controller", 1, "app=helm-controller")
+    for name in ("held", "stuck"):
+        wait_until(lambda n=name: kcluster.get(ns, n) is None, 120, f"{ns}/{name} to go",
+                   detail=lambda: kind_flux.flux_logs("helm-controller")[-2000:])
+    # helm-controller uninstalled the held release: its objects and storage are gone
+    assert kind_flux.get_json("-n", ns, "configmap", "held-cm") is None
+    assert _only_deployed(kcluster, ns, "held") == []
 
 
 # -- 2b: the kustomize base ---------------------------------------------------------------------
