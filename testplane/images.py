@@ -9,14 +9,14 @@ What is built (all tags are local; nothing is pushed):
   (``hack/kind/node-base.Dockerfile``), then the node image: kubeadm/kubelet/kubectl/crictl
   copied in, a static CNI config, and the control-plane images imported into the node's
   containerd under the names ``kubeadm config images list`` prints.
-* Flux's source-controller and helm-controller (the binaries of ``testplane.binaries``) and
-  a small kubectl image, each a tiny rootfs around one static binary.
+* Flux's source-controller and helm-controller (the binaries of ``testplane.binaries``), each
+  a tiny rootfs around one static binary.
 
 Images live in the Docker engine's data root (``hack/kind/engine.sh`` keeps it under
 ``~/.cache/kubectl-flux-plunger/docker``); tags carry the component versions plus a short
 hash of the recipe, so a changed recipe builds anew and an unchanged one builds nothing.
 
-    python -m testplane.images [node|flux|python|kubectl|all]   # build, print the tags
+    python -m testplane.images [node|flux|python|plunger|all]   # build, print the tags
 """
 from __future__ import annotations
 
@@ -391,20 +391,6 @@ def flux_images() -> dict[str, str]:
     return out
 
 
-def kubectl_image() -> str:
-    """sh + kubectl (the chart's uninstall hook copies kubectl out of such an image)."""
-    base = python_base_image()
-    tag = f"{PREFIX}/kubectl:{k8s_version()}-{_key(base, RECIPE)}"
-    if has_image(tag):
-        return tag
-    with tempfile.TemporaryDirectory() as ctx:
-        shutil.copy(binaries.ensure("kubectl"), Path(ctx) / "kubectl")
-        (Path(ctx) / "Dockerfile").write_text(
-            f"FROM {base}\nCOPY kubectl /usr/local/bin/kubectl\nUSER 65532:65532\n")
-        classic_build(Path(ctx), tag)
-    return tag
-
-
 def http_image() -> str:
     """A static file server (python3 -m http.server) for charts served inside the cluster."""
     return python_base_image()
@@ -473,12 +459,10 @@ def main(argv: list[str]) -> int:
                     print(f"{name}: {tag}")
             if item in ("python", "all"):
                 print(f"python: {python_base_image()}")
-            if item in ("kubectl", "all"):
-                print(f"kubectl: {kubectl_image()}")
             if item == "plunger":
                 print(f"plunger: {plunger_image(python_base_image())}")
-            if item not in ("node", "flux", "python", "kubectl", "plunger", "all"):
-                print(f"error: unknown image set {item!r} (node|flux|python|kubectl|plunger|all)",
+            if item not in ("node", "flux", "python", "plunger", "all"):
+                print(f"error: unknown image set {item!r} (node|flux|python|plunger|all)",
                       file=sys.stderr)
                 return 2
     except (ImageError, binaries.BuildError, subprocess.TimeoutExpired) as exc:

@@ -85,7 +85,6 @@ class Setup:
     node_image: str | None
     flux: dict[str, str]
     python_image: str | None    # PYTHON_IMAGE for controller/Containerfile; None = its default
-    kubectl_image: str | None   # for the chart's uninstall hook; None = the chart's default
     http_image: str             # serves charts inside the cluster (python3 -m http.server)
     coredns: bool
     seconds: float = 0.0        # time resolve() took (image builds included)
@@ -102,13 +101,13 @@ def resolve() -> Setup:
             "KIND_NODE_IMAGE") else True
         python = images.python_base_image()
         setup = Setup(True, binaries.ensure("kind"), binaries.ensure("kubectl"), helm, node,
-                      images.flux_images(), python, images.kubectl_image(), python, coredns)
+                      images.flux_images(), python, python, coredns)
     else:
         kind = Path(os.environ.get("KIND") or shutil.which("kind") or "kind")
         kubectl = Path(os.environ.get("KUBECTL") or shutil.which("kubectl") or "kubectl")
         flux = {name: f"{UPSTREAM_FLUX}/{name}:{v}" for name, v in versions.items()}
         setup = Setup(False, kind, kubectl, helm, os.environ.get("KIND_NODE_IMAGE") or None,
-                      flux, None, None, "python:3.12-slim", True)
+                      flux, None, "python:3.12-slim", True)
     setup.seconds = time.monotonic() - started
     return setup
 

@@ -226,13 +226,12 @@ def helm_plunger(kind_flux: KindFlux, plunger_image: str, kind_setup: Setup) -> 
 
 
 def helm_install(kind_flux: KindFlux, image: str, setup: Setup, *extra: str) -> None:
+    """`helm upgrade --install` of the chart with this tier's image (the uninstall hook runs
+    the same image) and the shortest grace period the chart allows."""
     repo, _, tag = image.rpartition(":")
     args = ["upgrade", "--install", "flux-plunger", str(CHART), "-n", PLUNGER_NS,
             "--create-namespace", "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
             "--set", f"shutdownGracePeriodSeconds={GRACE}"]
-    if setup.kubectl_image:
-        args += ["--set", f"uninstallCleanup.kubectlImage={setup.kubectl_image}"]
-        kind_flux.load(setup.kubectl_image)
     kind_flux.helm(*args, *extra)
 
 
@@ -312,3 +311,9 @@ def start_inflight(kind_flux: KindFlux, kcluster: Cluster, plunger: Plunger, ns:
                f"flux-plunger to suspend and fence {ns}/{name}",
                detail=lambda: "\n".join(json.dumps(r) for r in plunger.log_records(flight.leader)[-30:]))
     return flight
+
+
+def fence_lines(report: str, ns: str, name: str) -> list[str]:
+    """release-fence's report lines about ``ns/name`` (kubectl references under -A)."""
+    return [line for line in report.splitlines()
+            if f"-n {ns} " in line and line.split(" ")[2:3] and line.split(" ")[2].endswith(f"/{name}")]

@@ -29,7 +29,7 @@ from testplane.helmctl import break_release, is_ready, ready, request_reconcile
 from testplane.kind import FLUX_NS, KindFlux, Setup, wait_until
 
 from .conftest import (DRAIN, GRACE, PLUNGER_NS, ROOT, HRWatch, Plunger, fenced, helm_install,
-                       install_release, scale, skip_reason, start_inflight, stuck, suspended)
+                       fence_lines, install_release, scale, skip_reason, start_inflight, stuck, suspended)
 
 pytestmark = pytest.mark.skipif(bool(skip_reason()), reason=skip_reason())
 
@@ -254,7 +254,7 @@ def test_helm_uninstall_hook_fails_on_a_fence_that_cannot_be_removed(
         job = _hook_job(kind_flux)
         assert job is not None and job["status"].get("failed", 0) >= 1, job and job["status"]
         report = kind_flux.logs(PLUNGER_NS, "job/flux-plunger-uninstall-cleanup")
-        assert f"NOT released {ns}/demo" in report, report
+        assert any("NOT released" in line for line in fence_lines(report, ns, "demo")), report
         # Helm kept the release
         assert kind_flux.helm("status", "flux-plunger", "-n", PLUNGER_NS, check=False).returncode == 0
         assert fenced(kcluster.get(ns, "demo"))
@@ -311,7 +311,10 @@ def test_helm_uninstall_hook_releases_every_fence_and_exits_0(
         assert "scaled Deployment flux-plunger/flux-plunger to zero" in report, report
         job = _hook_job(kind_flux)
         assert job is not None and job["status"].get("succeeded") == 1, job and job["status"]
-        assert f"{ns}/held" in report and f"{ns}/stuck" in report, report
+        for name in ("held", "stuck"):
+            lines = fence_lines(report, ns, name)
+            assert lines and all("released the uninstall fence" in line and "NOT" not in line
+                                 for line in lines), report
         assert "NOT released" not in report, report
         assert kind_flux.get_json("-n", PLUNGER_NS, "deployment", "flux-plunger") is None
         for name in ("held", "stuck"):
