@@ -13,6 +13,7 @@ if [ "${KIND_ENGINE:-}" = start ]; then
 fi
 # --- end kind tier --------------------------------------------------------------------------
 ./hack/setup.sh
+./hack/lint.sh
 # the committed krew manifest must carry the sha256 of the archive this tree builds
 .venv/bin/python krew/build.py --check --offline
 # the CLI on the lowest click pyproject.toml allows (the venv has the newest pip resolves)

@@ -1,7 +1,7 @@
 """The on-cluster contract (SPEC §3).  Keep these values: a cluster can move between the
 reference controller and this one with no stranded state."""
 
-FIELD_MANAGER = "flux-plunger"                 # SSA manager; the only ownership evidence
+FIELD_MANAGER = "flux-plunger"  # SSA manager; the only ownership evidence
 CLIENT_SIDE_MANAGER = "flux-client-side-apply"  # shared; annotation writes only, never ownership
 FENCE = "flux-plunger.cozystack.io/uninstall-fence"
 PROCESSED_ANNOTATION = "flux-plunger.cozystack.io/last-processed-version"

@@ -7,13 +7,13 @@ Everything here takes the plain JSON dict the apiserver returns and never raises
 a missing or mistyped field reads as absent.
 """
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: it would shadow `annotations()` below for mypy
 import re
 from datetime import datetime, timezone
 from typing import Any
 
 from . import constants, ownership
+from .objects import Obj
 from .ownership import fence_indices as fence_indices  # re-exported
 from .ownership import is_fenced as is_fenced  # re-exported
 
@@ -41,70 +41,75 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _conditions(hr: dict) -> list[dict]:
+def _conditions(hr: Obj) -> list[Obj]:
     conditions = dig(hr, "status", "conditions")
     if not isinstance(conditions, list):
         return []
     return [c for c in conditions if isinstance(c, dict)]
 
 
-def finalizers(hr: dict) -> list[Any]:
+def finalizers(hr: Obj) -> list[Any]:
     """``metadata.finalizers`` as a list (empty when absent or malformed)."""
     value = dig(hr, "metadata", "finalizers")
     return list(value) if isinstance(value, list) else []
 
 
-def annotations(hr: dict) -> dict:
+def annotations(hr: Obj) -> Obj:
     """``metadata.annotations`` as a dict (empty when absent or malformed)."""
     value = dig(hr, "metadata", "annotations")
     return value if isinstance(value, dict) else {}
 
 
-def generation(hr: dict) -> int | None:
+def generation(hr: Obj) -> int | None:
     """``metadata.generation``, or None when absent."""
     return _int_or_none(dig(hr, "metadata", "generation"))
 
 
-def get_condition(hr: dict, type: str) -> dict | None:  # noqa: A002 - Kubernetes' own key name
+def get_condition(hr: Obj, type: str) -> Obj | None:  # noqa: A002 - Kubernetes' own key name
     """The first ``status.conditions`` entry of the given type, or None."""
     return next((c for c in _conditions(hr) if c.get("type") == type), None)
 
 
-def is_stuck(hr: dict) -> bool:
+def is_stuck(hr: Obj) -> bool:
     """True iff the Ready condition is False with Helm's "has no deployed releases" message —
     or Ready is Unknown (helm-controller mid-retry: it marks Ready Unknown/Progressing while
     it runs the upgrade again) and the Released condition still carries that failure.
 
     The reason (usually ``UpgradeFailed``) is deliberately not examined.
     """
-    def failing(c: dict) -> bool:
-        return (c.get("status") == "False" and isinstance(c.get("message"), str)
-                and constants.STUCK_MESSAGE in c["message"])
+
+    def failing(c: Obj) -> bool:
+        return (
+            c.get("status") == "False"
+            and isinstance(c.get("message"), str)
+            and constants.STUCK_MESSAGE in c["message"]
+        )
 
     conditions = _conditions(hr)
     ready = [c for c in conditions if c.get("type") == "Ready"]
     if any(failing(c) for c in ready):
         return True
-    return (any(c.get("status") == "Unknown" for c in ready)
-            and any(c.get("type") == "Released" and failing(c) for c in conditions))
+    return any(c.get("status") == "Unknown" for c in ready) and any(
+        c.get("type") == "Released" and failing(c) for c in conditions
+    )
 
 
-def is_terminating(hr: dict) -> bool:
+def is_terminating(hr: Obj) -> bool:
     """True once the HelmRelease has a ``metadata.deletionTimestamp``."""
     return bool(dig(hr, "metadata", "deletionTimestamp"))
 
 
-def is_suspended(hr: dict) -> bool:
+def is_suspended(hr: Obj) -> bool:
     """True iff ``spec.suspend`` is literally true."""
     return dig(hr, "spec", "suspend") is True
 
 
-def processed_annotation_present(hr: dict) -> bool:
+def processed_annotation_present(hr: Obj) -> bool:
     """True iff the processed-version annotation key exists, whatever its value."""
     return constants.PROCESSED_ANNOTATION in annotations(hr)
 
 
-def processed_version(hr: dict) -> int | None:
+def processed_version(hr: Obj) -> int | None:
     """The processed-version annotation as a decimal int; absent or unparsable → None."""
     value = annotations(hr).get(constants.PROCESSED_ANNOTATION)
     if isinstance(value, str) and len(value) <= MAX_REVISION_DIGITS and _DECIMAL.fullmatch(value):
@@ -112,7 +117,7 @@ def processed_version(hr: dict) -> int | None:
     return None
 
 
-def uninstall_reached(hr: dict) -> bool:
+def uninstall_reached(hr: Obj) -> bool:
     """True iff helm-controller's finalizer is gone and it observed the current generation.
 
     helm-controller drops its finalizer without uninstalling a suspended release; lifting the
@@ -126,7 +131,7 @@ def uninstall_reached(hr: dict) -> bool:
     )
 
 
-def observed_lags(hr: dict) -> bool:
+def observed_lags(hr: Obj) -> bool:
     """True while helm-controller has not finished a reconcile of the current generation.
 
     After our suspend bumps the generation, helm-controller's suspended reconcile sets
@@ -138,7 +143,7 @@ def observed_lags(hr: dict) -> bool:
     return current is None or observed is None or observed < current
 
 
-def attempted_since_generation(hr: dict) -> bool:
+def attempted_since_generation(hr: Obj) -> bool:
     """True iff helm-controller has attempted the release at its current generation.
 
     ``status.lastAttemptedGeneration`` is set when helm-controller starts its Helm logic; the
@@ -154,7 +159,7 @@ def attempted_since_generation(hr: dict) -> bool:
     return _int_or_none(ready["observedGeneration"]) == current
 
 
-def already_processed(hr: dict, revision: int) -> tuple[bool, str]:
+def already_processed(hr: Obj, revision: int) -> tuple[bool, str]:
     """The staleness guard: should a stuck release whose newest revision is ``revision`` be left?
 
     We record P = the revision we are about to delete *before* deleting it.  Right after a
@@ -181,7 +186,7 @@ def already_processed(hr: dict, revision: int) -> tuple[bool, str]:
     )
 
 
-def awaiting_retry_without_storage(hr: dict) -> tuple[bool, str]:
+def awaiting_retry_without_storage(hr: Obj) -> tuple[bool, str]:
     """The staleness guard when the release has no storage left at all: a recovery deleted
     its only revision and helm-controller has not attempted it since (it then installs
     afresh).  Not a skip: the release awaits helm-controller.  (True, why) or (False, "")."""
@@ -221,22 +226,22 @@ def _seconds_since(value: Any, now: datetime) -> float | None:
     return (aware_now - stamp).total_seconds()
 
 
-def age_seconds(hr: dict, now: datetime) -> float | None:
+def age_seconds(hr: Obj, now: datetime) -> float | None:
     """Seconds since ``metadata.creationTimestamp``; None when absent or unparsable."""
     return _seconds_since(dig(hr, "metadata", "creationTimestamp"), now)
 
 
-def held_seconds(hr: dict, now: datetime) -> float | None:
+def held_seconds(hr: Obj, now: datetime) -> float | None:
     """Seconds since ``metadata.deletionTimestamp`` (how long a delete is held); None if live."""
     return _seconds_since(dig(hr, "metadata", "deletionTimestamp"), now)
 
 
-def has_remote_kubeconfig(hr: dict) -> bool:
+def has_remote_kubeconfig(hr: Obj) -> bool:
     """True iff ``spec.kubeConfig`` is set: the Helm storage lives in another cluster."""
     return bool(dig(hr, "spec", "kubeConfig"))
 
 
-def legacy_suspension(hr: dict) -> bool:
+def legacy_suspension(hr: Obj) -> bool:
     """True when a suspension we do not own looks left behind by an older flux-plunger.
 
     Older versions marked it with an annotation, or suspended through the shared client-side

@@ -4,6 +4,7 @@ Every (object uid, reason, type) maps to one deterministic Event name, so a repe
 from this process, a later run of the CLI, the drain, or another replica — bumps the
 ``count`` of the same Event instead of creating a new one.  Messages are static.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -11,14 +12,24 @@ import hashlib
 import logging
 import socket
 import threading
+from typing import Protocol
 
 from . import constants as C
 from .kube import KubeError
+from .objects import Obj
 
 log = logging.getLogger(__name__)
 
 
-def event_name(hr: dict, reason: str, type_: str) -> str:
+class EventStore(Protocol):
+    """Where Events are written (``kube.Kube``)."""
+
+    def get_event(self, namespace: str, name: str) -> Obj | None: ...
+    def create_event(self, namespace: str, body: Obj) -> Obj: ...
+    def patch_event(self, namespace: str, name: str, patch: Obj) -> Obj: ...
+
+
+def event_name(hr: Obj, reason: str, type_: str) -> str:
     md = hr["metadata"]
     digest = hashlib.sha256(f"{md.get('uid', '')}/{reason}/{type_}".encode()).hexdigest()[:12]
     return f"{md['name'][:200]}.fp-{digest}"
@@ -31,23 +42,30 @@ def _now() -> str:
 class Recorder:
     """Writes Events through ``kube``; failures are logged, never raised."""
 
-    def __init__(self, kube, *, instance: str | None = None, enabled: bool = True):
+    def __init__(
+        self, kube: EventStore, *, instance: str | None = None, enabled: bool = True
+    ) -> None:
         self.kube = kube
         self.enabled = enabled
         self.instance = instance or socket.gethostname()
         self._counts: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
-    def record(self, hr: dict, reason: str, type_: str, message: str) -> None:
+    def record(self, hr: Obj, reason: str, type_: str, message: str) -> None:
         if not self.enabled or not hr:
             return
         try:
             self._record(hr, reason, type_, message)
         except KubeError as exc:
-            log.warning("could not record event %s on %s/%s: %s", reason,
-                        hr["metadata"].get("namespace"), hr["metadata"].get("name"), exc)
+            log.warning(
+                "could not record event %s on %s/%s: %s",
+                reason,
+                hr["metadata"].get("namespace"),
+                hr["metadata"].get("name"),
+                exc,
+            )
 
-    def _record(self, hr: dict, reason: str, type_: str, message: str) -> None:
+    def _record(self, hr: Obj, reason: str, type_: str, message: str) -> None:
         md = hr["metadata"]
         ns, name = md["namespace"], event_name(hr, reason, type_)
         key = (ns, name)
@@ -56,22 +74,34 @@ class Recorder:
             known = self._counts.get(key)
         if known is not None:
             try:
-                out = self.kube.patch_event(ns, name, {"count": known + 1, "lastTimestamp": now,
-                                                       "message": message})
+                out = self.kube.patch_event(
+                    ns, name, {"count": known + 1, "lastTimestamp": now, "message": message}
+                )
                 self._remember(key, out)
                 return
             except KubeError as exc:
                 if not exc.not_found:
                     raise
         body = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"name": name, "namespace": ns},
-            "involvedObject": {"apiVersion": C.HR_API_VERSION, "kind": C.HR_KIND,
-                               "name": md["name"], "namespace": ns, "uid": md.get("uid")},
-            "reason": reason, "message": message, "type": type_,
+            "involvedObject": {
+                "apiVersion": C.HR_API_VERSION,
+                "kind": C.HR_KIND,
+                "name": md["name"],
+                "namespace": ns,
+                "uid": md.get("uid"),
+            },
+            "reason": reason,
+            "message": message,
+            "type": type_,
             "source": {"component": C.EVENT_COMPONENT},
-            "reportingComponent": C.EVENT_COMPONENT, "reportingInstance": self.instance,
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "reportingComponent": C.EVENT_COMPONENT,
+            "reportingInstance": self.instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
         }
         try:
             out = self.kube.create_event(ns, body)
@@ -79,10 +109,17 @@ class Recorder:
             if exc.status != 409:
                 raise
             existing = self.kube.get_event(ns, name) or {}
-            out = self.kube.patch_event(ns, name, {"count": int(existing.get("count") or 1) + 1,
-                                                   "lastTimestamp": now, "message": message})
+            out = self.kube.patch_event(
+                ns,
+                name,
+                {
+                    "count": int(existing.get("count") or 1) + 1,
+                    "lastTimestamp": now,
+                    "message": message,
+                },
+            )
         self._remember(key, out)
 
-    def _remember(self, key, event: dict) -> None:
+    def _remember(self, key: tuple[str, str], event: Obj) -> None:
         with self._lock:
             self._counts[key] = int(event.get("count") or 1)

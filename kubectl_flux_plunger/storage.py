@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import constants
+from .objects import Obj
 
 MAX_RELEASE_NAME = 53
 _SHORT_PREFIX = 40
@@ -67,7 +68,7 @@ def shorten_name(name: str) -> str:
     return f"{name[:_SHORT_PREFIX]}-{digest[:_SHORT_HASH]}"
 
 
-def _configured_release_name(hr: dict) -> str:
+def _configured_release_name(hr: Obj) -> str:
     """The release name the spec asks for, before shortening (HelmRelease.GetReleaseName)."""
     explicit = _dig(hr, "spec", "releaseName")
     if isinstance(explicit, str) and explicit:
@@ -77,7 +78,7 @@ def _configured_release_name(hr: dict) -> str:
     return f"{target}-{name}" if isinstance(target, str) and target else name
 
 
-def release_name(hr: dict) -> str:
+def release_name(hr: Obj) -> str:
     """The Helm release name: what helm-controller recorded in ``status.history``, else derived.
 
     The recorded name wins because it is what helm-controller actually used for storage.
@@ -90,7 +91,7 @@ def release_name(hr: dict) -> str:
     return shorten_name(_configured_release_name(hr))
 
 
-def storage_namespace(hr: dict) -> str:
+def storage_namespace(hr: Obj) -> str:
     """The storage namespace: status.storageNamespace, spec.storageNamespace, or the HR's own.
 
     Not the target namespace: Helm storage stays beside the HelmRelease unless told otherwise.
@@ -107,7 +108,7 @@ def label_selector(release: str) -> str:
     return f"owner=helm,name={release}"
 
 
-def _revision_number(name: str, labels: dict) -> int | None:
+def _revision_number(name: str, labels: Obj) -> int | None:
     """The revision from the ``version`` label, else the ``.v<N>`` name suffix, else None."""
     label = labels.get("version")
     if isinstance(label, str) and _DECIMAL.fullmatch(label):
@@ -128,12 +129,16 @@ class Revision:
     label_status: str | None
 
     @classmethod
-    def from_secret(cls, secret: dict) -> Revision | None:
+    def from_secret(cls, secret: Obj) -> Revision | None:
         """Parse a Secret; None unless its type is ``helm.sh/release.v1``.  Never raises."""
         if secret.get("type") != constants.HELM_SECRET_TYPE:
             return None
-        metadata = secret.get("metadata") if isinstance(secret.get("metadata"), dict) else {}
-        labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+        metadata = secret.get("metadata")
+        if not isinstance(metadata, dict):
+            metadata = {}
+        labels = metadata.get("labels")
+        if not isinstance(labels, dict):
+            labels = {}
         name = str(metadata.get("name") or "")
         status = labels.get("status")
         return cls(
@@ -154,7 +159,7 @@ def _b64decode(value: Any, what: str) -> bytes:
         raise PayloadError(f"{what} is not valid base64 ({exc})") from None
 
 
-def decode_payload(secret: dict) -> dict:
+def decode_payload(secret: Obj) -> Obj:
     """The Release JSON stored in a Secret's ``data.release``.
 
     Undo the Secret's base64, then Helm's base64, then gzip when the bytes carry its magic
@@ -182,7 +187,7 @@ def decode_payload(secret: dict) -> dict:
     return release
 
 
-def encode_payload(release: dict) -> str:
+def encode_payload(release: Obj) -> str:
     """The ``data.release`` value storing ``release``: base64(base64(gzip(JSON)))."""
     helm_blob = base64.b64encode(gzip.compress(json.dumps(release).encode()))
     return base64.b64encode(helm_blob).decode()
@@ -196,8 +201,8 @@ def make_storage_secret(
     *,
     chart_name: str = "demo",
     chart_version: str = "0.1.0",
-    extra: dict | None = None,
-) -> dict:
+    extra: Obj | None = None,
+) -> Obj:
     """A complete Helm storage Secret body for one revision, label and payload consistent.
 
     ``extra`` is merged into the Release payload's top level (e.g. to set a mismatching
@@ -241,7 +246,7 @@ class Choice:
     helm_status: str | None
     ok: bool
     reason: str
-    storage_found: bool = True   # False: the release has no storage Secret at all
+    storage_found: bool = True  # False: the release has no storage Secret at all
 
 
 def _refuse(reason: str, revision: Revision | None = None, status: str | None = None) -> Choice:
@@ -249,8 +254,9 @@ def _refuse(reason: str, revision: Revision | None = None, status: str | None = 
     return Choice(revision=revision, helm_status=status, ok=False, reason=reason)
 
 
-def _storage_of(release: str, secrets: list[dict]) -> list[tuple[Revision, dict]]:
-    """The release's storage Secrets: right type and ``name`` label, with their parsed metadata."""
+def _storage_of(release: str, secrets: list[Any]) -> list[tuple[Revision, Obj]]:
+    """The release's storage Secrets: right type and ``name`` label, with their parsed metadata.
+    Entries that are not objects are ignored."""
     found = []
     for secret in secrets:
         revision = Revision.from_secret(secret) if isinstance(secret, dict) else None
@@ -259,7 +265,7 @@ def _storage_of(release: str, secrets: list[dict]) -> list[tuple[Revision, dict]
     return found
 
 
-def _label_deployed(storage: list[tuple[Revision, dict]], newest: Revision) -> Revision | None:
+def _label_deployed(storage: list[tuple[Revision, Obj]], newest: Revision) -> Revision | None:
     """A revision labelled ``status=deployed`` (Helm's Deployed() query), the newest preferred."""
     if newest.label_status == "deployed":
         return newest
@@ -282,13 +288,13 @@ def _why_not_blocking(status: str | None) -> str:
     return "not a status that causes 'has no deployed releases'"
 
 
-def _payload_status(payload: dict) -> str | None:
+def _payload_status(payload: Obj) -> str | None:
     """The Release payload's ``info.status``, None when missing or not a string."""
     status = _dig(payload, "info", "status")
     return status if isinstance(status, str) else None
 
 
-def _try_decode(secret: dict) -> tuple[dict | None, str]:
+def _try_decode(secret: Obj) -> tuple[Obj | None, str]:
     """(payload, "") or (None, the one-line decode error)."""
     try:
         return decode_payload(secret), ""
@@ -296,7 +302,7 @@ def _try_decode(secret: dict) -> tuple[dict | None, str]:
         return None, str(exc)
 
 
-def _check_newest(newest: Revision, secret: dict, deployed: Revision | None) -> Choice:
+def _check_newest(newest: Revision, secret: Obj, deployed: Revision | None) -> Choice:
     """Decode the newest revision's payload and decide whether it is the blocking one.
 
     The payload is decoded even when another revision is deployed, so the refusal still
@@ -323,7 +329,7 @@ def _check_newest(newest: Revision, secret: dict, deployed: Revision | None) -> 
     return Choice(newest, status, True, f"{label} has status {status} and no revision is deployed")
 
 
-def choose_revision(hr: dict, secrets: list[dict]) -> Choice:
+def choose_revision(hr: Obj, secrets: list[Obj]) -> Choice:
     """Pick the revision to delete from the listed Secrets, or explain why none (SPEC §4).
 
     ok only when the newest numbered revision's payload status is blocking, its payload version
@@ -333,17 +339,22 @@ def choose_revision(hr: dict, secrets: list[dict]) -> Choice:
     release, namespace = release_name(hr), storage_namespace(hr)
     storage = _storage_of(release, secrets)
     if not storage:
-        return Choice(revision=None, helm_status=None, ok=False, storage_found=False,
-                      reason=f"no Helm storage Secrets for release {release} in namespace "
-                             f"{namespace}")
+        return Choice(
+            revision=None,
+            helm_status=None,
+            ok=False,
+            storage_found=False,
+            reason=f"no Helm storage Secrets for release {release} in namespace {namespace}",
+        )
     numbered = [(rev, secret) for rev, secret in storage if rev.number is not None]
     if not numbered:
         first = min(rev.name for rev, _ in storage)
         return _refuse(f"storage Secret {first} has no revision number")
-    newest, newest_secret = max(numbered, key=lambda pair: pair[0].number)
+    newest, newest_secret = max(numbered, key=lambda pair: pair[0].number or 0)  # all numbered
     twins = sorted(rev.name for rev, _ in numbered if rev.number == newest.number)
     if len(twins) > 1:
         names = ", ".join(twins)
-        return _refuse(f"revision {newest.number} is stored in more than one Secret ({names})",
-                       newest)
+        return _refuse(
+            f"revision {newest.number} is stored in more than one Secret ({names})", newest
+        )
     return _check_newest(newest, newest_secret, _label_deployed(storage, newest))

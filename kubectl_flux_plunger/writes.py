@@ -9,16 +9,17 @@ never take ownership of a field we do not mean to own.  Builders never mutate th
 from __future__ import annotations
 
 from . import constants
+from .objects import Obj
 from .ownership import fence_indices, is_fenced
 
 
-def _metadata(hr: dict) -> dict:
+def _metadata(hr: Obj) -> Obj:
     """``metadata`` of the read (empty when malformed)."""
     metadata = hr.get("metadata")
     return metadata if isinstance(metadata, dict) else {}
 
 
-def _read_evidence(hr: dict) -> tuple[str, str]:
+def _read_evidence(hr: Obj) -> tuple[str, str]:
     """(resourceVersion, uid) of the read; a write without them would be unconditional."""
     rv, uid = _metadata(hr).get("resourceVersion"), _metadata(hr).get("uid")
     if not isinstance(rv, str) or not rv or not isinstance(uid, str) or not uid:
@@ -26,7 +27,7 @@ def _read_evidence(hr: dict) -> tuple[str, str]:
     return rv, uid
 
 
-def _apply_metadata(hr: dict) -> dict:
+def _apply_metadata(hr: Obj) -> Obj:
     """Identity plus read preconditions: the metadata every server-side apply body starts from."""
     rv, uid = _read_evidence(hr)
     return {
@@ -37,7 +38,7 @@ def _apply_metadata(hr: dict) -> dict:
     }
 
 
-def acquire_body(hr: dict) -> dict:
+def acquire_body(hr: Obj) -> Obj:
     """SSA body that suspends the release and adds our fence in one write — nothing else.
 
     No ``spec.interval`` or any other field: the apply must not claim fields we do not own.
@@ -50,7 +51,7 @@ def acquire_body(hr: dict) -> dict:
     }
 
 
-def relinquish_body(hr: dict) -> dict:
+def relinquish_body(hr: Obj) -> Obj:
     """SSA body that gives ``spec.suspend`` up (and, on a live release, the fence with it).
 
     Omitting a field from our apply drops our ownership: a sole-owned ``spec.suspend`` is
@@ -69,7 +70,7 @@ def relinquish_body(hr: dict) -> dict:
     }
 
 
-def record_patch(hr: dict, revision: int) -> dict:
+def record_patch(hr: Obj, revision: int) -> Obj:
     """JSON merge patch recording the revision about to be deleted, locked on resourceVersion."""
     rv, _ = _read_evidence(hr)
     return {
@@ -80,7 +81,7 @@ def record_patch(hr: dict, revision: int) -> dict:
     }
 
 
-def _evidence_tests(hr: dict) -> list[dict]:
+def _evidence_tests(hr: Obj) -> list[Obj]:
     """JSON patch ``test`` ops that fail unless the object is still the one we read."""
     rv, uid = _read_evidence(hr)
     return [
@@ -89,12 +90,12 @@ def _evidence_tests(hr: dict) -> list[dict]:
     ]
 
 
-def unsuspend_json_patch(hr: dict) -> list[dict]:
+def unsuspend_json_patch(hr: Obj) -> list[Obj]:
     """Guarded JSON patch lifting a suspension (release-fence; never an SSA apply there)."""
     return [*_evidence_tests(hr), {"op": "replace", "path": "/spec/suspend", "value": False}]
 
 
-def remove_fence_json_patch(hr: dict) -> list[dict] | None:
+def remove_fence_json_patch(hr: Obj) -> list[Obj] | None:
     """Guarded JSON patch removing every copy of the fence; None when there is none.
 
     Indices go in descending order so each removal leaves the earlier indices valid, and each

@@ -9,6 +9,7 @@
 * Release (on a clean stop): holderIdentity "" and leaseDurationSeconds 1, so a successor
   acquires on its next try instead of waiting for expiry.  A crashed leader's Lease expires.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -19,14 +20,24 @@ import socket
 import threading
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
+from typing import Protocol
 
 from ..kube import KubeError
+from ..objects import Obj
 from .logs import fields
 
 log = logging.getLogger(__name__)
 
 JITTER = 1.2
+
+
+class LeaseStore(Protocol):
+    """Where the Lease lives (``kube.Kube``; a dict in the unit tests)."""
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None: ...
+    def create_lease(self, namespace: str, body: Obj) -> Obj: ...
+    def update_lease(self, namespace: str, name: str, body: Obj) -> Obj: ...
 
 
 def identity() -> str:
@@ -42,12 +53,21 @@ def _utcnow() -> dt.datetime:
 
 
 class LeaderElector:
-    def __init__(self, kube, namespace: str, name: str, ident: str, *,
-                 lease_duration: float, renew_deadline: float, retry_period: float,
-                 clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], dt.datetime] = _utcnow,
-                 on_started: Callable[[], None] = lambda: None,
-                 on_lost: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        kube: LeaseStore,
+        namespace: str,
+        name: str,
+        ident: str,
+        *,
+        lease_duration: float,
+        renew_deadline: float,
+        retry_period: float,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], dt.datetime] = _utcnow,
+        on_started: Callable[[], None] = lambda: None,
+        on_lost: Callable[[], None] = lambda: None,
+    ) -> None:
         self.kube = kube
         self.namespace, self.name, self.identity = namespace, name, ident
         self.lease_duration = lease_duration
@@ -56,15 +76,15 @@ class LeaderElector:
         self.clock, self.wall = clock, wall
         self.on_started, self.on_lost = on_started, on_lost
         self._lock = threading.Lock()
-        self._observed: dict | None = None       # the Lease object as last read/written
-        self._observed_key: tuple | None = None  # what changes when the holder renews
-        self._observed_at = 0.0                  # our clock when that last changed
-        self._last_renew: float | None = None    # our clock at our last successful write
+        self._observed: Obj | None = None  # the Lease object as last read/written
+        self._observed_key: tuple[object, ...] | None = None  # what changes when the holder renews
+        self._observed_at = 0.0  # our clock when that last changed
+        self._last_renew: float | None = None  # our clock at our last successful write
         self.leading = threading.Event()
         self.ever_led = False
         self.lost = threading.Event()
         self._stop_renewing = threading.Event()
-        self._renew_done = threading.Event()     # run() has returned
+        self._renew_done = threading.Event()  # run() has returned
 
     # -- state -------------------------------------------------------------------
 
@@ -72,8 +92,9 @@ class LeaderElector:
         """True while we lead and our last renewal is younger than the renew deadline."""
         with self._lock:
             last = self._last_renew
-        return (self.leading.is_set() and last is not None
-                and self.clock() - last < self.renew_deadline)
+        return (
+            self.leading.is_set() and last is not None and self.clock() - last < self.renew_deadline
+        )
 
     def holder(self) -> str:
         with self._lock:
@@ -82,7 +103,7 @@ class LeaderElector:
 
     # -- one attempt -------------------------------------------------------------
 
-    def _spec(self, old: dict | None) -> dict:
+    def _spec(self, old: Obj | None) -> Obj:
         old_spec = (old or {}).get("spec") or {}
         now = _micro_time(self.wall())
         was_ours = old_spec.get("holderIdentity") == self.identity
@@ -92,23 +113,27 @@ class LeaderElector:
         return {
             "holderIdentity": self.identity,
             "leaseDurationSeconds": max(1, math.ceil(self.lease_duration)),
-            "acquireTime": old_spec.get("acquireTime") if was_ours and old_spec.get("acquireTime")
+            "acquireTime": old_spec.get("acquireTime")
+            if was_ours and old_spec.get("acquireTime")
             else now,
             "renewTime": now,
             "leaseTransitions": transitions,
         }
 
-    def _observe(self, lease: dict) -> None:
+    def _observe(self, lease: Obj) -> None:
         spec = lease.get("spec") or {}
-        key = (spec.get("holderIdentity"), spec.get("renewTime"),
-               lease.get("metadata", {}).get("resourceVersion"))
+        key = (
+            spec.get("holderIdentity"),
+            spec.get("renewTime"),
+            lease.get("metadata", {}).get("resourceVersion"),
+        )
         with self._lock:
             if key != self._observed_key:
                 self._observed_key = key
                 self._observed_at = self.clock()
             self._observed = lease
 
-    def _wrote(self, lease: dict) -> None:
+    def _wrote(self, lease: Obj) -> None:
         self._observe(lease)
         with self._lock:
             self._last_renew = self.clock()
@@ -118,8 +143,11 @@ class LeaderElector:
         try:
             return self._try()
         except KubeError as exc:
-            log.warning("leader election: %s", exc,
-                        extra=fields(lease=f"{self.namespace}/{self.name}", status=exc.status))
+            log.warning(
+                "leader election: %s",
+                exc,
+                extra=fields(lease=f"{self.namespace}/{self.name}", status=exc.status),
+            )
             return False
 
     def _try(self) -> bool:
@@ -128,20 +156,29 @@ class LeaderElector:
         # Fast path, as client-go: while we lead, update the copy we wrote last.
         with self._lock:
             cached = self._observed
-        if self.leading.is_set() and cached is not None and \
-                (cached.get("spec") or {}).get("holderIdentity") == self.identity:
+        if (
+            self.leading.is_set()
+            and cached is not None
+            and (cached.get("spec") or {}).get("holderIdentity") == self.identity
+        ):
             try:
-                self._wrote(self.kube.update_lease(self.namespace, self.name,
-                                                   {**cached, "spec": self._spec(cached)}))
+                self._wrote(
+                    self.kube.update_lease(
+                        self.namespace, self.name, {**cached, "spec": self._spec(cached)}
+                    )
+                )
                 return True
             except KubeError as exc:
                 if not exc.conflict:
                     raise
         lease = self.kube.get_lease(self.namespace, self.name)
         if lease is None:
-            body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                    "metadata": {"name": self.name, "namespace": self.namespace},
-                    "spec": self._spec(None)}
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": self._spec(None),
+            }
             try:
                 self._wrote(self.kube.create_lease(self.namespace, body))
                 return True
@@ -159,8 +196,11 @@ class LeaderElector:
             if self.clock() < observed_at + float(duration):
                 return False  # held by someone else and not expired
         try:
-            self._wrote(self.kube.update_lease(self.namespace, self.name,
-                                               {**lease, "spec": self._spec(lease)}))
+            self._wrote(
+                self.kube.update_lease(
+                    self.namespace, self.name, {**lease, "spec": self._spec(lease)}
+                )
+            )
             return True
         except KubeError as exc:
             if exc.conflict:
@@ -181,8 +221,10 @@ class LeaderElector:
             self._renew_done.set()
 
     def _run(self, stop: threading.Event) -> None:
-        log.info("leader election: trying to acquire the Lease",
-                 extra=fields(lease=f"{self.namespace}/{self.name}", identity=self.identity))
+        log.info(
+            "leader election: trying to acquire the Lease",
+            extra=fields(lease=f"{self.namespace}/{self.name}", identity=self.identity),
+        )
         logged_holder = None
         while not stop.is_set():
             if self.try_acquire_or_renew():
@@ -190,16 +232,20 @@ class LeaderElector:
             holder = self.holder()
             if holder != logged_holder:
                 logged_holder = holder
-                log.info("leader election: the Lease is held by another instance",
-                         extra=fields(holder=holder or "(none)"))
+                log.info(
+                    "leader election: the Lease is held by another instance",
+                    extra=fields(holder=holder or "(none)"),
+                )
             if self._sleep(stop, self.retry_period * random.uniform(1.0, JITTER)):
                 return
         else:
             return
         self.ever_led = True
         self.leading.set()
-        log.info("leader election: became leader",
-                 extra=fields(lease=f"{self.namespace}/{self.name}", identity=self.identity))
+        log.info(
+            "leader election: became leader",
+            extra=fields(lease=f"{self.namespace}/{self.name}", identity=self.identity),
+        )
         self.on_started()
         while not self._stop_renewing.wait(self.retry_period):
             if self.try_acquire_or_renew():
@@ -209,9 +255,11 @@ class LeaderElector:
             if self.clock() - last >= self.renew_deadline:
                 self.leading.clear()
                 self.lost.set()
-                log.error("leader election: lost the Lease (no renewal within the renew "
-                          "deadline); stopping without a drain, another instance leads now",
-                          extra=fields(renew_deadline=self.renew_deadline))
+                log.error(
+                    "leader election: lost the Lease (no renewal within the renew "
+                    "deadline); stopping without a drain, another instance leads now",
+                    extra=fields(renew_deadline=self.renew_deadline),
+                )
                 self.on_lost()
                 return
 
@@ -229,15 +277,26 @@ class LeaderElector:
         for _ in range(3):
             try:
                 lease = self.kube.get_lease(self.namespace, self.name)
-                if lease is None or (lease.get("spec") or {}).get("holderIdentity") != self.identity:
+                if (
+                    lease is None
+                    or (lease.get("spec") or {}).get("holderIdentity") != self.identity
+                ):
                     return False
                 now = _micro_time(self.wall())
                 spec = dict(lease.get("spec") or {})
-                spec.update({"holderIdentity": "", "leaseDurationSeconds": 1,
-                             "acquireTime": now, "renewTime": now})
+                spec.update(
+                    {
+                        "holderIdentity": "",
+                        "leaseDurationSeconds": 1,
+                        "acquireTime": now,
+                        "renewTime": now,
+                    }
+                )
                 self.kube.update_lease(self.namespace, self.name, {**lease, "spec": spec})
-                log.info("leader election: released the Lease",
-                         extra=fields(lease=f"{self.namespace}/{self.name}"))
+                log.info(
+                    "leader election: released the Lease",
+                    extra=fields(lease=f"{self.namespace}/{self.name}"),
+                )
                 return True
             except KubeError as exc:
                 log.warning("leader election: could not release the Lease: %s", exc)

@@ -4,18 +4,20 @@
 Fields are passed as ``log.info("msg", extra=fields(key=value))``; records from the core
 (``%``-formatted messages without fields) come out the same way.
 """
+
 from __future__ import annotations
 
 import datetime as dt
 import json
 import logging
 import sys
+from typing import TextIO
 
 FIELDS = "fp_fields"
 LEVELS = ("debug", "info", "warning", "error")
 
 
-def fields(**kv) -> dict:
+def fields(**kv: object) -> dict[str, dict[str, object]]:
     return {FIELDS: kv}
 
 
@@ -30,8 +32,12 @@ def _level(record: logging.LogRecord) -> str:
 
 class JSONFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out = {"ts": _ts(record), "level": _level(record), "msg": record.getMessage(),
-               "logger": record.name}
+        out = {
+            "ts": _ts(record),
+            "level": _level(record),
+            "msg": record.getMessage(),
+            "logger": record.name,
+        }
         for k, v in (getattr(record, FIELDS, None) or {}).items():
             if k not in out:
                 out[k] = v
@@ -40,7 +46,7 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(out, default=str, separators=(",", ":"))
 
 
-def _quote(v) -> str:
+def _quote(v: object) -> str:
     s = str(v)
     if not s or any(c in s for c in ' "=\n\t'):
         return json.dumps(s)
@@ -59,7 +65,7 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def setup(fmt: str = "text", level: str = "info", stream=None) -> logging.Handler:
+def setup(fmt: str = "text", level: str = "info", stream: TextIO | None = None) -> logging.Handler:
     """Configure the root logger once; returns the handler."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JSONFormatter() if fmt == "json" else TextFormatter())

@@ -1,31 +1,45 @@
 """The controller's counters and gauges, kept as plain numbers so the loop never depends on
 prometheus-client; :func:`collector` renders them as Prometheus metric families at scrape
 time (prometheus-client is imported lazily: it is the optional ``serve`` extra)."""
+
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..executor import Result
 from ..plan import Row
 
+if TYPE_CHECKING:
+    from prometheus_client.registry import Collector
+
+    from ..executor import Outcome
+
+
+class RequestStats(Protocol):
+    """Requests one client sent, by verb (``kube.Stats``)."""
+
+    def snapshot(self) -> dict[str, int]: ...
+
 
 class Metrics:
-    def __init__(self):
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.recoveries: Counter = Counter()   # by outcome of a recovery attempt (live-stuck row)
-        self.reconciles: Counter = Counter()   # every pass, by result
+        # by outcome of a recovery attempt (the live-stuck row)
+        self.recoveries: Counter[str] = Counter()
+        self.reconciles: Counter[str] = Counter()  # every pass, by result
         self.deferrals = 0
         self.errors = 0
-        self.relists: Counter = Counter()      # by reason: initial, resync, expired, error
+        self.relists: Counter[str] = Counter()  # by reason: initial, resync, expired, error
         # gauges read at scrape time
         self.fences_held: Callable[[], int] = lambda: 0
         self.queue_depth: Callable[[], int] = lambda: 0
         self.leader: Callable[[], bool] = lambda: False
-        self.api_stats: list = []               # kube.Stats of every client in use
+        self.api_stats: list[RequestStats] = []  # kube.Stats of every client in use
 
-    def observe(self, outcome) -> None:
+    def observe(self, outcome: Outcome) -> None:
         with self._lock:
             self.reconciles[outcome.result] += 1
             # a release recovered earlier that awaits helm-controller's retry is not a
@@ -46,27 +60,34 @@ class Metrics:
             self.relists[reason] += 1
 
     def api_requests(self) -> dict[str, int]:
-        total: Counter = Counter()
+        total: Counter[str] = Counter()
         for stats in self.api_stats:
             total.update(stats.snapshot())
         return dict(total)
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         with self._lock:
-            return {"recoveries": dict(self.recoveries), "reconciles": dict(self.reconciles),
-                    "deferrals": self.deferrals, "errors": self.errors,
-                    "relists": dict(self.relists)}
+            return {
+                "recoveries": dict(self.recoveries),
+                "reconciles": dict(self.reconciles),
+                "deferrals": self.deferrals,
+                "errors": self.errors,
+                "relists": dict(self.relists),
+            }
 
 
-def collector(metrics: Metrics):
+def collector(metrics: Metrics) -> Collector:
     """A prometheus-client collector over ``metrics``."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     class _Collector:
-        def collect(self) -> Iterable:
+        def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
             snap = metrics.snapshot()
-            rec = CounterMetricFamily("flux_plunger_recoveries", "Recovery attempts of stuck "
-                                      "HelmReleases by outcome.", labels=["result"])
+            rec = CounterMetricFamily(
+                "flux_plunger_recoveries",
+                "Recovery attempts of stuck HelmReleases by outcome.",
+                labels=["result"],
+            )
             always = (Result.RECOVERED, Result.DEFERRED, Result.SKIPPED, Result.FAILED)
             for result in always:
                 rec.add_metric([result.value], snap["recoveries"].get(result, 0))
@@ -74,29 +95,46 @@ def collector(metrics: Metrics):
                 if result not in always:
                     rec.add_metric([str(result)], n)
             yield rec
-            passes = CounterMetricFamily("flux_plunger_reconciles", "Passes over one "
-                                         "HelmRelease by result.", labels=["result"])
+            passes = CounterMetricFamily(
+                "flux_plunger_reconciles",
+                "Passes over one HelmRelease by result.",
+                labels=["result"],
+            )
             for result, n in sorted(snap["reconciles"].items()):
                 passes.add_metric([str(result)], n)
             yield passes
-            yield CounterMetricFamily("flux_plunger_deferrals", "Recoveries deferred.",
-                                      value=snap["deferrals"])
-            yield CounterMetricFamily("flux_plunger_errors", "Passes that failed or raised.",
-                                      value=snap["errors"])
-            relists = CounterMetricFamily("flux_plunger_relists", "Fresh LISTs of HelmReleases "
-                                          "by reason.", labels=["reason"])
+            yield CounterMetricFamily(
+                "flux_plunger_deferrals", "Recoveries deferred.", value=snap["deferrals"]
+            )
+            yield CounterMetricFamily(
+                "flux_plunger_errors", "Passes that failed or raised.", value=snap["errors"]
+            )
+            relists = CounterMetricFamily(
+                "flux_plunger_relists", "Fresh LISTs of HelmReleases by reason.", labels=["reason"]
+            )
             for reason, n in sorted(snap["relists"].items()):
                 relists.add_metric([reason], n)
             yield relists
-            yield GaugeMetricFamily("flux_plunger_fences_held", "HelmReleases carrying "
-                                    "flux-plunger's uninstall fence (as last seen).",
-                                    value=metrics.fences_held())
-            yield GaugeMetricFamily("flux_plunger_queue_depth", "Keys ready to be processed.",
-                                    value=metrics.queue_depth())
-            yield GaugeMetricFamily("flux_plunger_leader", "1 while this instance leads.",
-                                    value=1 if metrics.leader() else 0)
-            api = CounterMetricFamily("flux_plunger_api_requests", "Requests sent to the "
-                                      "Kubernetes API by verb.", labels=["verb"])
+            yield GaugeMetricFamily(
+                "flux_plunger_fences_held",
+                "HelmReleases carrying flux-plunger's uninstall fence (as last seen).",
+                value=metrics.fences_held(),
+            )
+            yield GaugeMetricFamily(
+                "flux_plunger_queue_depth",
+                "Keys ready to be processed.",
+                value=metrics.queue_depth(),
+            )
+            yield GaugeMetricFamily(
+                "flux_plunger_leader",
+                "1 while this instance leads.",
+                value=1 if metrics.leader() else 0,
+            )
+            api = CounterMetricFamily(
+                "flux_plunger_api_requests",
+                "Requests sent to the Kubernetes API by verb.",
+                labels=["verb"],
+            )
             for verb, n in sorted(metrics.api_requests().items()):
                 api.add_metric([verb], n)
             yield api

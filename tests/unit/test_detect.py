@@ -26,7 +26,7 @@ from kubectl_flux_plunger.detect import (
     uninstall_reached,
 )
 
-from .builders import CLIENT_SIDE, NOW, OURS, STUCK_MESSAGE, hr, ready_condition, stuck_condition
+from .builders import NOW, STUCK_MESSAGE, hr, ready_condition, stuck_condition
 
 pytestmark = pytest.mark.unit
 
