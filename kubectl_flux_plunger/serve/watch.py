@@ -157,6 +157,8 @@ class Watcher:
                     continue
                 if rv is None:
                     reason = "error"
+                else:  # resume after the last event seen, not the last completed request
+                    rv = self.resource_version or rv
                 delay = min(BACKOFF_CAP, BACKOFF_BASE * (2 ** min(failures, 10)))
                 failures += 1
                 log.warning("watch: %s; retrying in %.1fs", exc, delay,

@@ -1,0 +1,211 @@
+"""The watcher on scripted LIST pages and event streams, no cluster: what it enqueues, the
+resourceVersion it resumes from after a BOOKMARK or a dropped connection, a 410 (ERROR event
+or HTTP status) turning into a fresh LIST, a malformed line, and the fenced-release count.
+
+The apiserver tier runs it against a real watch (tests/apiserver/test_serve_watch.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.kube import KubeError
+from kubectl_flux_plunger.serve.metrics import Metrics
+from kubectl_flux_plunger.serve.queue import WorkQueue
+from kubectl_flux_plunger.serve.watch import BACKOFF_BASE, Watcher
+
+from .builders import hr, ready_condition, stuck_condition
+
+pytestmark = pytest.mark.unit
+
+
+def release(name: str, rv: str, *, stuck: bool = False, fenced: bool = False) -> dict:
+    return hr(name, namespace="apps", rv=rv,
+              conditions=[stuck_condition() if stuck else ready_condition()],
+              finalizers=[C.FENCE] if fenced else [])
+
+
+def event(kind: str, obj: dict) -> dict:
+    return {"type": kind, "object": obj}
+
+
+def bookmark(rv: str) -> dict:
+    return event("BOOKMARK", {"kind": "HelmRelease", "metadata": {"resourceVersion": rv}})
+
+
+def expired_event() -> dict:
+    return event("ERROR", {"kind": "Status", "code": 410, "reason": "Expired",
+                           "message": "too old resource version: 5 (20)"})
+
+
+class Stop:
+    """The watcher's stop event: records each backoff wait instead of sleeping, and is set
+    once the script has run out."""
+
+    def __init__(self) -> None:
+        self.set_ = False
+        self.waits: list[float] = []
+
+    def is_set(self) -> bool:
+        return self.set_
+
+    def set(self) -> None:
+        self.set_ = True
+
+    def wait(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        return self.set_
+
+
+class Script:
+    """A kube stand-in: each LIST answers the next scripted pages, each watch request
+    replays the next scripted stream (a list of events, possibly ending in an exception)."""
+
+    def __init__(self, stop: Stop, lists: list, watches: list) -> None:
+        self.stop, self.lists, self.watches = stop, list(lists), list(watches)
+        self.calls: list[tuple] = []
+
+    def iter_hr_pages(self, namespace, selector, limit):
+        self.calls.append(("LIST",))
+        if not self.lists:
+            self.stop.set()
+            return
+        yield from self.lists.pop(0)
+
+    def watch_hrs(self, namespace, selector, rv, timeout_seconds=300):
+        self.calls.append(("WATCH", rv))
+        if not self.watches:
+            self.stop.set()
+            return
+        for item in self.watches.pop(0):
+            if isinstance(item, Exception):
+                raise item
+            yield item
+
+
+def run(lists: list, watches: list, **kw) -> tuple[Watcher, Script, Stop, WorkQueue]:
+    stop = Stop()
+    script = Script(stop, lists, watches)
+    queue = WorkQueue()
+    w = Watcher(script, queue, namespace=None, selector=None, resync_period=3600, **kw)
+    w.run(stop)  # type: ignore[arg-type]
+    return w, script, stop, queue
+
+
+def queued(queue: WorkQueue) -> list[str]:
+    keys = []
+    while (key := queue.get(timeout=0)) is not None:
+        keys.append(key)
+        queue.done(key)
+    return keys
+
+
+def test_the_list_enqueues_what_the_predicate_selects_and_the_watch_resumes_from_its_rv():
+    pages = [([release("a", "5", stuck=True), release("b", "6")], "10"),
+             ([release("c", "7", fenced=True)], "10")]
+    w, script, _, queue = run([pages], [])
+    assert script.calls[:2] == [("LIST",), ("WATCH", "10")]
+    assert queued(queue) == ["apps/a", "apps/c"]      # b is healthy: not queued
+    assert w.fences_held() == 1
+    assert w.synced.is_set()
+
+
+def test_events_enqueue_and_a_bookmark_only_moves_the_resource_version():
+    stream = [event("ADDED", release("a", "11", stuck=True)),
+              event("MODIFIED", release("b", "12")),       # healthy: not queued
+              bookmark("15")]
+    w, script, _, queue = run([[([], "10")]], [stream])
+    assert script.calls == [("LIST",), ("WATCH", "10"), ("WATCH", "15")]
+    assert queued(queue) == ["apps/a"]
+    assert w.resource_version == "15"
+
+
+def test_a_410_error_event_relists_instead_of_re_watching():
+    metrics = Metrics()
+    stream = [bookmark("12"), expired_event()]
+    _, script, stop, queue = run([[([], "10")], [([release("a", "30", stuck=True)], "30")]],
+                                 [stream], metrics=metrics)
+    assert script.calls == [("LIST",), ("WATCH", "10"), ("LIST",), ("WATCH", "30")]
+    assert queued(queue) == ["apps/a"]
+    assert metrics.snapshot()["relists"] == {"initial": 1, "expired": 1}
+    assert stop.waits == []                                 # no backoff for a 410
+
+
+def test_a_410_status_relists_too():
+    gone = KubeError(410, "Expired", "too old resource version")
+    _, script, stop, _ = run([[([], "10")], [([], "40")]], [[gone]])
+    assert script.calls == [("LIST",), ("WATCH", "10"), ("LIST",), ("WATCH", "40")]
+    assert stop.waits == []
+
+
+def test_a_dropped_connection_re_watches_from_the_last_rv_after_a_backoff():
+    metrics = Metrics()
+    drop = KubeError(0, "Unreachable", "watch interrupted: connection reset")
+    streams = [[event("MODIFIED", release("a", "11", stuck=True)), drop],
+               [drop],
+               [event("MODIFIED", release("b", "13", stuck=True))]]
+    _, script, stop, queue = run([[([], "10")]], streams, metrics=metrics)
+    assert script.calls == [("LIST",), ("WATCH", "10"), ("WATCH", "11"), ("WATCH", "11"),
+                            ("WATCH", "13")]                  # never a relist for a drop
+    assert stop.waits == [BACKOFF_BASE, 2 * BACKOFF_BASE]    # exponential, reset by success
+    assert queued(queue) == ["apps/a", "apps/b"]
+    assert metrics.snapshot()["errors"] == 2
+    assert metrics.snapshot()["relists"] == {"initial": 1}
+
+
+def test_another_error_event_is_a_failure_that_re_watches():
+    err = event("ERROR", {"kind": "Status", "code": 500, "reason": "InternalError",
+                          "message": "etcd: request timed out"})
+    _, script, stop, _ = run([[([], "10")]], [[err]])
+    assert script.calls == [("LIST",), ("WATCH", "10"), ("WATCH", "10")]
+    assert stop.waits == [BACKOFF_BASE]
+
+
+def test_a_malformed_line_relists_after_a_backoff():
+    try:
+        json.loads('{"type": "MODIFIED", "object": {')
+    except ValueError as exc:
+        malformed = exc                                      # what kube.watch_hrs raises
+    _, script, stop, queue = run(
+        [[([], "10")], [([release("a", "20", stuck=True)], "20")]],
+        [[event("ADDED", release("z", "11")), malformed]])
+    assert script.calls == [("LIST",), ("WATCH", "10"), ("LIST",), ("WATCH", "20")]
+    assert stop.waits == [BACKOFF_BASE]
+    assert queued(queue) == ["apps/a"]
+
+
+def test_a_failing_first_list_is_retried_with_backoff_and_not_synced_before():
+    down = KubeError(0, "Unreachable", "connection refused")
+
+    class Failing(Script):
+        def iter_hr_pages(self, namespace, selector, limit):
+            if len(self.calls) < 2:
+                self.calls.append(("LIST",))
+                raise down
+            return super().iter_hr_pages(namespace, selector, limit)
+
+    stop = Stop()
+    script = Failing(stop, [[([], "10")]], [])
+    w = Watcher(script, WorkQueue(), namespace=None, selector=None, resync_period=3600)
+    w.run(stop)  # type: ignore[arg-type]
+    assert [c[0] for c in script.calls] == ["LIST", "LIST", "LIST", "WATCH"]
+    assert stop.waits == [BACKOFF_BASE, 2 * BACKOFF_BASE]
+    assert w.synced.is_set()
+
+
+def test_deleted_and_unfenced_releases_leave_the_fenced_count():
+    stream = [event("MODIFIED", release("b", "11")),                 # fence removed
+              event("DELETED", release("c", "12", fenced=True)),     # deleted with it
+              event("ADDED", release("d", "13", fenced=True))]
+    pages = [([release("b", "5", fenced=True), release("c", "6", fenced=True)], "10")]
+    w, _, _, queue = run([pages], [stream])
+    assert w.fences_held() == 1                                    # d only
+    assert queued(queue) == ["apps/b", "apps/c", "apps/d"]
+
+
+def test_a_deleted_release_is_not_enqueued():
+    w, _, _, queue = run([[([], "10")]], [[event("DELETED", release("a", "11", stuck=True))]])
+    assert queued(queue) == []
+    assert w.resource_version == "11"
