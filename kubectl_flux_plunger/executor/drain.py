@@ -68,7 +68,9 @@ class Drain:
                 return DrainReport(0, passes, True)
             settled = True
             for key in keys:
-                if self.clock() >= deadline or not still_going():
+                if not still_going():
+                    return DrainReport(count, passes, False, stopped=True)
+                if self.clock() >= deadline:
                     settled = False
                     break
                 ns, name = key.split("/", 1)
