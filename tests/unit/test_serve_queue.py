@@ -143,16 +143,48 @@ def test_shutdown_stops_handing_out_work(q, clock):
     assert q.shutting_down
 
 
-def test_shutdown_wakes_blocked_workers():
+class WaitCountingCondition(threading.Condition):
+    """The queue's condition, counting the workers blocked in ``wait``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = 0
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waiting += 1                  # the lock is held here
+        try:
+            return super().wait(timeout)
+        finally:
+            self.waiting -= 1
+
+
+def blocking_queue() -> tuple[WorkQueue, WaitCountingCondition]:
     q = WorkQueue()
+    q._cond = cond = WaitCountingCondition()
+    return q, cond
+
+
+def wait_blocked(cond: WaitCountingCondition, n: int) -> None:
+    """Until ``n`` workers are blocked in ``get`` (deadline 5 s)."""
+    deadline = time.monotonic() + 5
+    while True:
+        with cond:
+            if cond.waiting >= n:
+                return
+        assert time.monotonic() < deadline, f"only {cond.waiting} of {n} workers blocked"
+        time.sleep(0.001)
+
+
+def test_shutdown_wakes_blocked_workers():
+    q, cond = blocking_queue()
     got = []
     workers = [threading.Thread(target=lambda: got.append(q.get())) for _ in range(3)]
     for w in workers:
         w.start()
-    time.sleep(0.05)
+    wait_blocked(cond, 3)
     q.shutdown()
     for w in workers:
-        w.join(2)
+        w.join(10)
         assert not w.is_alive()
     assert got == [None, None, None]
 
@@ -161,18 +193,20 @@ def test_a_blocked_worker_wakes_for_a_timer_on_the_real_clock():
     q = WorkQueue()
     q.add_after("ns/a", 0.05)
     started = time.monotonic()
-    assert q.get(timeout=2) == "ns/a"
-    assert time.monotonic() - started < 1.5
+    # a worker that did not wake for the timer would sleep until its 30 s timeout (and
+    # then still find the key due): the bound tells the two apart on any machine
+    assert q.get(timeout=30) == "ns/a"
+    assert time.monotonic() - started < 15
 
 
 def test_a_blocked_worker_wakes_for_an_add():
-    q = WorkQueue()
+    q, cond = blocking_queue()
     got = []
-    t = threading.Thread(target=lambda: got.append(q.get(timeout=5)))
+    t = threading.Thread(target=lambda: got.append(q.get(timeout=30)))
     t.start()
-    time.sleep(0.05)
+    wait_blocked(cond, 1)
     q.add("ns/a")
-    t.join(2)
+    t.join(10)                         # without the notify it would sleep its 30 s
     assert got == ["ns/a"]
 
 
