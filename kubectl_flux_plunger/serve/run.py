@@ -79,6 +79,8 @@ class Controller:
         self.elector: LeaderElector | None = None
         self.lease_kube = lease_kube
         if cfg.leader_elect:
+            if not cfg.lease_namespace:
+                raise ValueError("leader election needs the Lease's namespace")
             self.elector = LeaderElector(
                 lease_kube or kube, cfg.lease_namespace, cfg.lease_name, self.identity,
                 lease_duration=cfg.lease_duration, renew_deadline=cfg.renew_deadline,
