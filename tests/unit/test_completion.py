@@ -25,6 +25,10 @@ HELPER = ROOT / "krew" / "kubectl_complete-flux_plunger"
 VENV_BIN = Path(sys.executable).parent
 KUBECTL = shutil.which("kubectl")
 BASH = shutil.which("bash")
+needs_kubectl = pytest.mark.skipif(
+    KUBECTL is None, reason="kubectl is not on PATH (these run kubectl's own plugin completion)")
+needs_bash = pytest.mark.skipif(
+    BASH is None, reason="bash is not on PATH (these source the completion script into bash)")
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +63,7 @@ def test_helper_is_executable():
     assert HELPER.read_text().startswith("#!/bin/sh\n")
 
 
+@needs_kubectl
 def test_kubectl_completes_the_verbs(path_dir):
     cands, directive = kubectl_complete(path_dir, "")
     assert cands == ["recover", "release-fence", "restore", "resume-owned", "serve", "status",
@@ -68,6 +73,7 @@ def test_kubectl_completes_the_verbs(path_dir):
     assert kubectl_complete(path_dir, "rel") == (["release-fence"], ":4")
 
 
+@needs_kubectl
 def test_kubectl_completes_flags_and_choices(path_dir):
     cands, directive = kubectl_complete(path_dir, "status", "--all")
     assert (cands, directive) == (["--all-namespaces"], ":4")
@@ -79,6 +85,7 @@ def test_kubectl_completes_flags_and_choices(path_dir):
         ["--output"], ":4")
 
 
+@needs_kubectl
 def test_kubectl_falls_back_to_file_completion_for_paths(path_dir):
     # --kubeconfig takes a file: no candidates, cobra's default directive (shell files)
     assert kubectl_complete(path_dir, "status", "--kubeconfig", "") == ([], ":0")
@@ -107,6 +114,7 @@ def bash_complete(path_dir: Path, program: str, var: str, *words: str) -> list[s
     return [line for line in lines[1:] if line]
 
 
+@needs_bash
 def test_bash_completion_of_kubectl_flux_plunger(path_dir):
     assert bash_complete(path_dir, "kubectl-flux_plunger", "_KUBECTL_FLUX_PLUNGER_COMPLETE",
                          "st") == ["status"]
@@ -114,6 +122,7 @@ def test_bash_completion_of_kubectl_flux_plunger(path_dir):
                          "status", "-o", "") == ["table", "wide", "json", "yaml", "name"]
 
 
+@needs_bash
 def test_bash_completion_of_flux_plunger(path_dir):
     assert bash_complete(path_dir, "flux-plunger", "_FLUX_PLUNGER_COMPLETE",
                          "release-fence", "--wait") == ["--wait-uninstall"]
