@@ -2,6 +2,7 @@
 status writes, and a simulated helm-controller for tests that drive its steps by hand."""
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 import uuid
@@ -13,6 +14,19 @@ from kubectl_flux_plunger.kube import APPLY_PATCH, JSON, MERGE_PATCH, Kube, Kube
 from .plane import wait_for
 
 OPERATOR = "kubectl-client-side-apply"
+
+
+def helm_release_name(hr: dict) -> str:
+    """The Helm release name helm-controller uses, written here independently of
+    ``storage.release_name`` (the code under test): spec.releaseName, else
+    [targetNamespace-]name; longer than 53 characters: its first 40, '-', and the first 12
+    hex digits of the sha256 of the whole name."""
+    spec, name = hr.get("spec") or {}, hr["metadata"]["name"]
+    full = spec.get("releaseName") or (
+        f"{spec['targetNamespace']}-{name}" if spec.get("targetNamespace") else name)
+    if len(full) <= 53:
+        return full
+    return full[:40] + "-" + hashlib.sha256(full.encode()).hexdigest()[:12]
 
 
 def unique(prefix: str) -> str:
@@ -197,9 +211,9 @@ class SimulatedHelmController:
                 self.cluster.set_status(self.namespace, name, {"observedGeneration": gen})
 
     def _uninstall(self, hr: dict) -> None:
-        release = storage.release_name(hr)
-        ns = storage.storage_namespace(hr)
-        for s in self.cluster.kube.list_secrets(ns, storage.label_selector(release)):
+        release = helm_release_name(hr)
+        ns = (hr.get("spec") or {}).get("storageNamespace") or hr["metadata"]["namespace"]
+        for s in self.cluster.kube.list_secrets(ns, f"owner=helm,name={release}"):
             try:
                 self.cluster.kube.request("DELETE", "DELETE",
                                           f"/api/v1/namespaces/{ns}/secrets/{s['metadata']['name']}")
