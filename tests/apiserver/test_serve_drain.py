@@ -7,7 +7,6 @@ SIGTERM also aborts that in-flight recovery before its delete."""
 from __future__ import annotations
 
 import signal
-import time
 import uuid
 
 from kubectl_flux_plunger import constants as C
@@ -53,7 +52,6 @@ def test_drain_on_sigterm(cluster, kube, ns, serve):  # noqa: F811
     assert s.alive() and s.logged("processing HelmReleases")
 
     s.signal(signal.SIGTERM)
-    term = time.monotonic()
 
     # the in-flight recovery was aborted before its delete, and let go
     def blocker_released():
@@ -70,7 +68,7 @@ def test_drain_on_sigterm(cluster, kube, ns, serve):  # noqa: F811
                 and _fences(foreign) == 0 and deleting is not None
                 and not is_suspended(deleting))
     eventually(first_pass, 10, "the drain's first pass")
-    assert time.monotonic() - term < 8, "the first pass took the whole drain"
+    assert s.alive(), "the first pass took the whole drain"
     # another manager's suspension stays, with its owner
     foreign = cluster.get(ns, "foreign")
     assert foreign["spec"]["suspend"] is True
