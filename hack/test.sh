@@ -1,5 +1,12 @@
 #!/usr/bin/env bash
-# Runs the whole test suite (unit, apiserver, e2e; kind where a Docker engine answers).
+# Runs the whole test suite: set-up, the fast checks (./hack/lint.sh, the krew manifest, the
+# CLI on the lowest click; seconds), then the tiers one by one — unit, apiserver, e2e, kind
+# (kind where a Docker engine answers) — each with branch coverage of the package (CLI runs
+# in subprocesses included), printed per tier, and the floors below enforced.  A failing fast
+# check or unit tier stops before the slow tiers.
+#
+#   ./hack/test.sh                 everything, as CI runs it (.ci/run)
+#   ./hack/test.sh PYTEST-ARGS...  set-up, lint, then just `pytest PYTEST-ARGS...` (no coverage)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # --- kind tier (issue 11): only when asked ------------------------------------------------
@@ -12,6 +19,15 @@ if [ "${KIND_ENGINE:-}" = start ]; then
   export FLUX_PLUNGER_KIND_BUILD=${FLUX_PLUNGER_KIND_BUILD:-1}
 fi
 # --- end kind tier --------------------------------------------------------------------------
+
+# Coverage floors (percent, branch coverage).  The whole package with every tier: 89.8 %
+# measured on 2026-12-01 (kind tier skipped); the floor sits a little below.  Raise it as
+# coverage rises; never lower it to get a change in.
+TOTAL_FLOOR=88
+# The pure core, by the unit tier alone: every line and branch.
+CORE="kubectl_flux_plunger/plan.py,kubectl_flux_plunger/ownership.py,kubectl_flux_plunger/storage.py,kubectl_flux_plunger/detect.py,kubectl_flux_plunger/writes.py"
+CORE_FLOOR=100
+
 ./hack/setup.sh
 ./hack/lint.sh
 # the committed krew manifest must carry the sha256 of the archive this tree builds
@@ -20,12 +36,65 @@ fi
 click_lowest=$(sed -n 's/^ *"click>=\([0-9.]*\),.*/\1/p' pyproject.toml)
 PYTHONPATH=".venv/click-$click_lowest" .venv/bin/python -m pytest -q -p no:cacheprovider \
   tests/unit/test_cli.py tests/unit/test_completion.py
-set +e
-.venv/bin/python -m pytest "$@"
-rc=$?
-set -e
-if [ "$rc" -eq 5 ]; then
-  echo "error: pytest collected no tests; that is a broken suite, not a pass" >&2
+
+PY=.venv/bin/python
+no_tests() {
+  echo "error: pytest collected no tests${1:+ for the $1 tier}; that is a broken suite, not a pass" >&2
+  exit 1
+}
+
+if [ "$#" -gt 0 ]; then
+  set +e
+  "$PY" -m pytest "$@"
+  rc=$?
+  set -e
+  [ "$rc" -eq 5 ] && no_tests
+  exit "$rc"
+fi
+
+data=$PWD/.coverage-data
+rm -rf "$data"
+mkdir -p "$data"
+report() { "$PY" -m coverage report --data-file="$1" "${@:2}"; }
+failed=()
+for tier in unit apiserver e2e kind; do
+  echo "== $tier tier"
+  started=$SECONDS
+  set +e
+  # an absolute COVERAGE_FILE: CLI subprocesses run in other directories
+  COVERAGE_FILE=$data/$tier "$PY" -m pytest "tests/$tier" -m "$tier" --cov --cov-report= \
+    -p no:cacheprovider
+  rc=$?
+  set -e
+  [ "$rc" -eq 5 ] && no_tests "$tier"
+  [ "$rc" -ne 0 ] && failed+=("$tier")
+  total=$(report "$data/$tier" --format=total 2>/dev/null) || total="-"
+  echo "coverage: $tier tier ${total}% of the package (branch); the tier took $((SECONDS - started))s"
+  if [ "$tier" = unit ]; then
+    if [ "$rc" -ne 0 ]; then
+      echo "error: the unit tier failed; the slow tiers were not run" >&2
+      exit "$rc"
+    fi
+    if ! report "$data/unit" --include="$CORE" --fail-under="$CORE_FLOOR" >"$data/core.txt"; then
+      cat "$data/core.txt"
+      echo "error: the unit tier covers less than ${CORE_FLOOR}% of the pure core" >&2
+      failed+=("core-coverage")
+    fi
+  fi
+done
+
+echo "== coverage of the package, every tier"
+tiers=()
+for tier in unit apiserver e2e kind; do
+  [ -f "$data/$tier" ] && tiers+=("$data/$tier")
+done
+"$PY" -m coverage combine --keep --quiet --data-file="$data/all" "${tiers[@]}"
+if ! report "$data/all" --fail-under="$TOTAL_FLOOR"; then
+  echo "error: every tier together covers less than the ${TOTAL_FLOOR}% floor" >&2
+  failed+=("total-coverage")
+fi
+
+if [ "${#failed[@]}" -gt 0 ]; then
+  echo "error: failed: ${failed[*]}" >&2
   exit 1
 fi
-exit "$rc"
