@@ -20,10 +20,10 @@ if [ "${KIND_ENGINE:-}" = start ]; then
 fi
 # --- end kind tier --------------------------------------------------------------------------
 
-# Coverage floors (percent, branch coverage).  The whole package with every tier: 89.8 %
+# Coverage floors (percent, branch coverage).  The whole package with every tier: 91.7 %
 # measured on 2026-12-01 (kind tier skipped); the floor sits a little below.  Raise it as
 # coverage rises; never lower it to get a change in.
-TOTAL_FLOOR=88
+TOTAL_FLOOR=90
 # The pure core, by the unit tier alone: every line and branch.
 CORE="kubectl_flux_plunger/plan.py,kubectl_flux_plunger/ownership.py,kubectl_flux_plunger/storage.py,kubectl_flux_plunger/detect.py,kubectl_flux_plunger/writes.py"
 CORE_FLOOR=100
@@ -68,8 +68,12 @@ for tier in unit apiserver e2e kind; do
   set -e
   [ "$rc" -eq 5 ] && no_tests "$tier"
   [ "$rc" -ne 0 ] && failed+=("$tier")
-  total=$(report "$data/$tier" --format=total 2>/dev/null) || total="-"
-  echo "coverage: $tier tier ${total}% of the package (branch); the tier took $((SECONDS - started))s"
+  total=$(report "$data/$tier" --format=total 2>/dev/null) || total=0
+  case $total in
+    0|0.0) total="nothing measured (no test ran)" ;;
+    *) total="${total}% of the package (branch)" ;;
+  esac
+  echo "coverage: $tier tier ${total}; the tier took $((SECONDS - started))s"
   if [ "$tier" = unit ]; then
     if [ "$rc" -ne 0 ]; then
       echo "error: the unit tier failed; the slow tiers were not run" >&2

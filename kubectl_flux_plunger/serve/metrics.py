@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..executor import Result
@@ -37,7 +37,7 @@ class Metrics:
         self.fences_held: Callable[[], int] = lambda: 0
         self.queue_depth: Callable[[], int] = lambda: 0
         self.leader: Callable[[], bool] = lambda: False
-        self.api_stats: list[RequestStats] = []  # kube.Stats of every client in use
+        self.api_stats: Sequence[RequestStats] = ()  # kube.Stats of every client in use
 
     def observe(self, outcome: Outcome) -> None:
         with self._lock:
