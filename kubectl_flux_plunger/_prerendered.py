@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '9f54dda3'
+FINGERPRINT = 'ebe528d6'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

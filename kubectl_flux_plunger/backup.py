@@ -15,6 +15,7 @@ cluster it came from (``restore`` removes them again).  Two stores:
 
 The backup is written before the DELETE; when it cannot be written nothing is deleted.
 """
+
 from __future__ import annotations
 
 import base64
@@ -32,9 +33,17 @@ from .kube import JSON, Kube, KubeError, core_path
 
 log = logging.getLogger(__name__)
 
-SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation",
-              "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds")
-BACKUP_OF = "flux-plunger.cozystack.io/backup-of"            # <namespace>/<helmrelease>
+SERVER_SET = (
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "managedFields",
+    "generation",
+    "selfLink",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
+BACKUP_OF = "flux-plunger.cozystack.io/backup-of"  # <namespace>/<helmrelease>
 BACKUP_CLUSTER = "flux-plunger.cozystack.io/backup-cluster"  # local, or the remote server URL
 BACKUP_LABEL = "flux-plunger.cozystack.io/backup"
 RELEASE_LABEL = "flux-plunger.cozystack.io/release"
@@ -123,8 +132,10 @@ class DirectoryBackup:
 
     def file_name(self, hr: dict[str, Any], secret: dict[str, Any]) -> str:
         md = hr.get("metadata") or {}
-        return (f"{md.get('namespace', '')}_{md.get('name', '')}_v{revision_of(secret):08d}_"
-                f"{_stamp()}.json")
+        return (
+            f"{md.get('namespace', '')}_{md.get('name', '')}_v{revision_of(secret):08d}_"
+            f"{_stamp()}.json"
+        )
 
     def save(self, secret: dict[str, Any], hr: dict[str, Any], cluster: str) -> str:
         data = encode(document(secret, hr, cluster))
@@ -135,7 +146,7 @@ class DirectoryBackup:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(fd, view):]
+                    view = view[os.write(fd, view) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -161,8 +172,10 @@ class SecretBackup:
     @staticmethod
     def secret_name(secret: dict[str, Any], cluster: str) -> str:
         md = secret.get("metadata") or {}
-        key = f"{cluster}/{md.get('namespace')}/{md.get('name')}/{md.get('uid')}/" \
-              f"{md.get('resourceVersion')}"
+        key = (
+            f"{cluster}/{md.get('namespace')}/{md.get('name')}/{md.get('uid')}/"
+            f"{md.get('resourceVersion')}"
+        )
         return f"flux-plunger-backup-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
 
     def body(self, secret: dict[str, Any], hr: dict[str, Any], cluster: str) -> dict[str, Any]:
@@ -170,13 +183,22 @@ class SecretBackup:
         labels = (secret.get("metadata") or {}).get("labels") or {}
         hr_md = hr.get("metadata") or {}
         return {
-            "apiVersion": "v1", "kind": "Secret", "type": BACKUP_TYPE,
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": BACKUP_TYPE,
             "metadata": {
-                "name": self.secret_name(secret, cluster), "namespace": self.namespace,
-                "labels": {BACKUP_LABEL: "true", RELEASE_LABEL: str(labels.get("name", ""))[:63],
-                           REVISION_LABEL: str(revision_of(secret))},
-                "annotations": {BACKUP_OF: f"{hr_md.get('namespace')}/{hr_md.get('name')}",
-                                BACKUP_CLUSTER: cluster}},
+                "name": self.secret_name(secret, cluster),
+                "namespace": self.namespace,
+                "labels": {
+                    BACKUP_LABEL: "true",
+                    RELEASE_LABEL: str(labels.get("name", ""))[:63],
+                    REVISION_LABEL: str(revision_of(secret)),
+                },
+                "annotations": {
+                    BACKUP_OF: f"{hr_md.get('namespace')}/{hr_md.get('name')}",
+                    BACKUP_CLUSTER: cluster,
+                },
+            },
             "data": {DATA_KEY: base64.b64encode(encode(doc)).decode()},
         }
 
@@ -184,12 +206,14 @@ class SecretBackup:
         body = self.body(secret, hr, cluster)
         name = body["metadata"]["name"]
         try:
-            self.kube.request("CREATE", "POST", core_path("secrets", self.namespace), body=body,
-                              content_type=JSON)
+            self.kube.request(
+                "CREATE", "POST", core_path("secrets", self.namespace), body=body, content_type=JSON
+            )
         except KubeError as exc:
             if not exc.conflict or not self._same(name, body):
-                raise BackupError(f"cannot write backup Secret {self.namespace}/{name}: "
-                                  f"{exc}") from None
+                raise BackupError(
+                    f"cannot write backup Secret {self.namespace}/{name}: {exc}"
+                ) from None
         self.prune()
         return f"Secret {self.namespace}/{name}"
 
@@ -208,19 +232,33 @@ class SecretBackup:
         now = now or dt.datetime.now(dt.timezone.utc)
         pruned = []
         try:
-            items = self.kube.request("LIST", "GET", core_path("secrets", self.namespace),
-                                      query={"labelSelector": f"{BACKUP_LABEL}=true"})
+            items = self.kube.request(
+                "LIST",
+                "GET",
+                core_path("secrets", self.namespace),
+                query={"labelSelector": f"{BACKUP_LABEL}=true"},
+            )
             for item in items.get("items") or []:
                 md = item.get("metadata") or {}
                 born = parse_timestamp(md.get("creationTimestamp"))
-                if item.get("type") != BACKUP_TYPE or born is None or \
-                        (now - born).total_seconds() < self.retention:
+                if (
+                    item.get("type") != BACKUP_TYPE
+                    or born is None
+                    or (now - born).total_seconds() < self.retention
+                ):
                     continue
                 try:
                     self.kube.request(
-                        "DELETE", "DELETE", core_path("secrets", self.namespace, md["name"]),
-                        body={"apiVersion": "v1", "kind": "DeleteOptions",
-                              "preconditions": {"uid": md.get("uid")}}, content_type=JSON)
+                        "DELETE",
+                        "DELETE",
+                        core_path("secrets", self.namespace, md["name"]),
+                        body={
+                            "apiVersion": "v1",
+                            "kind": "DeleteOptions",
+                            "preconditions": {"uid": md.get("uid")},
+                        },
+                        content_type=JSON,
+                    )
                     pruned.append(md["name"])
                 except KubeError as exc:
                     if not exc.not_found and not exc.conflict:
@@ -263,9 +301,12 @@ def load_secret(kube: Kube, namespace: str, name: str) -> dict[str, Any]:
 
 
 def _checked(doc: Any, source: str) -> dict[str, Any]:
-    if not isinstance(doc, dict) or doc.get("kind") != "Secret" or \
-            not isinstance(doc.get("metadata"), dict) or \
-            doc.get("type") != C.HELM_SECRET_TYPE:
+    if (
+        not isinstance(doc, dict)
+        or doc.get("kind") != "Secret"
+        or not isinstance(doc.get("metadata"), dict)
+        or doc.get("type") != C.HELM_SECRET_TYPE
+    ):
         raise BackupError(f"{source} does not hold a Helm storage Secret")
     md = doc["metadata"]
     if not md.get("name") or not md.get("namespace"):

@@ -5,6 +5,7 @@ the controller, so they cannot tell a running controller's in-flight suspension 
 leftover by the object alone.  The controller's Lease tells: while another identity holds it
 unexpired, those verbs refuse (unless forced), and ``status`` shows who holds it.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -64,10 +65,17 @@ def read(kube: Kube, namespace: str, now: dt.datetime | None = None) -> Controll
     holder = spec.get("holderIdentity") or ""
     renew = parse_timestamp(spec.get("renewTime"))
     duration = spec.get("leaseDurationSeconds")
-    seconds = float(duration) if isinstance(duration, (int, float)) and \
-        not isinstance(duration, bool) else None
-    running = bool(holder) and renew is not None and seconds is not None and \
-        (now - renew).total_seconds() < seconds
+    seconds = (
+        float(duration)
+        if isinstance(duration, (int, float)) and not isinstance(duration, bool)
+        else None
+    )
+    running = (
+        bool(holder)
+        and renew is not None
+        and seconds is not None
+        and (now - renew).total_seconds() < seconds
+    )
     return ControllerLease(namespace, holder, renew, seconds, running)
 
 
@@ -75,6 +83,8 @@ def refusal(lease: ControllerLease, now: dt.datetime) -> str | None:
     """Why a writing one-shot verb must not act, or None.  An unreadable Lease is not a
     refusal: a user without access to the controller's namespace can still recover."""
     if lease.running:
-        return (f"{lease.describe(now)}: it may be recovering these releases right now; "
-                f"stop it or pass --force to act anyway")
+        return (
+            f"{lease.describe(now)}: it may be recovering these releases right now; "
+            f"stop it or pass --force to act anyway"
+        )
     return None

@@ -18,6 +18,7 @@ library's ``os``/``sys``/``zlib``:
 Everything else — other widths, completion requests, any other argument — goes to the click
 CLI (:func:`kubectl_flux_plunger.cli.main`) unchanged.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,7 +28,7 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 _COMPLETE_VARS = ("_FLUX_PLUNGER_COMPLETE", "_KUBECTL_FLUX_PLUNGER_COMPLETE")
 _HELP_ARGS = (["--help"], ["-h"])
 _VERSION_ARGS = (["--version"], ["version", "--client"])
-WIDE = 100   # click's max_content_width: every terminal at least this wide renders alike
+WIDE = 100  # click's max_content_width: every terminal at least this wide renders alike
 
 
 def prog_name(argv0: str | None = None) -> str:
@@ -41,8 +42,11 @@ def fingerprint() -> str:
     import zlib
 
     crc = 0
-    names = [os.path.join("cli", n) for n in sorted(os.listdir(os.path.join(_PACKAGE, "cli")))
-             if n.endswith(".py")]
+    names = [
+        os.path.join("cli", n)
+        for n in sorted(os.listdir(os.path.join(_PACKAGE, "cli")))
+        if n.endswith(".py")
+    ]
     for rel in ["__init__.py", os.path.join("verbs", "version.py"), *names]:
         with open(os.path.join(_PACKAGE, rel), "rb") as fh:
             crc = zlib.crc32(rel.encode() + b"\0" + fh.read(), crc)
@@ -92,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     text = fast_answer(args)
     if text is None:
         from .cli import main as cli_main
+
         return cli_main(argv)
     try:
         sys.stdout.write(text + "\n")

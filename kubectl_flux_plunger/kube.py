@@ -7,6 +7,7 @@ counting, timeouts, dry-run and a later client swap live in one file.
 
 The ``kubernetes`` package is imported lazily: ``--help`` must not pay for it.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,8 @@ from . import constants as C
 
 JSON = "application/json"
 READ_VERBS = frozenset({"GET", "LIST"})
-READ_RETRIES = 3          # extra attempts of a read answered 429/5xx
-MAX_RETRY_AFTER = 10.0    # seconds; a longer Retry-After is capped
+READ_RETRIES = 3  # extra attempts of a read answered 429/5xx
+MAX_RETRY_AFTER = 10.0  # seconds; a longer Retry-After is capped
 # the apiserver's text for a JSON patch that failed to apply (a failed ``test`` op among them)
 GENERIC_422 = "the server rejected our request due to an error in our request"
 MERGE_PATCH = "application/merge-patch+json"
@@ -73,8 +74,7 @@ class KubeError(Exception):
         The apiserver answers it with a bare 422 — its generic "rejected our request" text
         and no details — unlike a validation or admission refusal, which names its cause."""
         details = self.body.get("details") or {}
-        return (self.status == 422 and not details.get("causes")
-                and self.message == GENERIC_422)
+        return self.status == 422 and not details.get("causes") and self.message == GENERIC_422
 
     @property
     def changed(self) -> bool:
@@ -122,8 +122,9 @@ class Conflict(KubeError):
     def field_manager_conflict(self) -> bool:
         """A server-side apply refused because another manager owns a field we set."""
         causes = (self.body.get("details") or {}).get("causes") or []
-        return any(isinstance(c, dict) and c.get("reason") == "FieldManagerConflict"
-                   for c in causes)
+        return any(
+            isinstance(c, dict) and c.get("reason") == "FieldManagerConflict" for c in causes
+        )
 
 
 class Gone(KubeError):
@@ -143,8 +144,16 @@ class ServerError(KubeError):
 
 
 _BY_STATUS: dict[int, type[KubeError]] = {
-    0: Unreachable, 400: BadRequest, 401: Unauthorized, 403: Forbidden, 404: NotFound,
-    409: Conflict, 410: Gone, 422: Invalid, 429: TooManyRequests}
+    0: Unreachable,
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    410: Gone,
+    422: Invalid,
+    429: TooManyRequests,
+}
 
 
 def kube_error(status: int, reason: str, message: str, body: dict | None = None) -> KubeError:
@@ -227,15 +236,17 @@ def _client_modules():
             if attr in lazy:
                 return lazy[attr]()
             if not attr.startswith("__") and importlib.util.find_spec(f"{name}.{attr}"):
-                return importlib.import_module(f"{name}.{attr}")   # a submodule
-            if not state["loaded"] and (not attr.startswith("__")
-                                        or attr in ("__version__", "__all__")):
+                return importlib.import_module(f"{name}.{attr}")  # a submodule
+            if not state["loaded"] and (
+                not attr.startswith("__") or attr in ("__version__", "__all__")
+            ):
                 state["loaded"] = True
                 with open(spec.origin) as fh:
                     exec(compile(fh.read(), spec.origin, "exec"), mod.__dict__)
                 if attr in mod.__dict__:
                     return mod.__dict__[attr]
             raise AttributeError(f"module {name!r} has no attribute {attr!r}")
+
         mod.__getattr__ = __getattr__
         sys.modules[name] = mod
         return mod
@@ -248,12 +259,15 @@ def _client_modules():
             # use: hand it a factory that loads the real (heavy) class on first call
             def ApiClient(*args, **kwargs):  # noqa: N802 - stands in for the class
                 return importlib.import_module("kubernetes.client").ApiClient(*args, **kwargs)
+
             return ApiClient
 
         def configuration():
             return importlib.import_module("kubernetes.client.configuration").Configuration
-        root.client = stand_in("kubernetes.client", {"ApiClient": api_client,
-                                                     "Configuration": configuration})
+
+        root.client = stand_in(
+            "kubernetes.client", {"ApiClient": api_client, "Configuration": configuration}
+        )
     configuration = importlib.import_module("kubernetes.client.configuration")
     config = importlib.import_module("kubernetes.config")
     rest = importlib.import_module("kubernetes.client.rest")
@@ -263,6 +277,7 @@ def _client_modules():
 @dataclass(frozen=True)
 class Overrides:
     """kubectl's connection flags, applied over the kubeconfig (or standing alone)."""
+
     server: str | None = None
     token: str | None = None
     user: str | None = None
@@ -294,18 +309,23 @@ def _no_configuration(paths: list[str]) -> ConfigError:
     import os
 
     if os.environ.get("KUBECONFIG"):
-        looked = (f"the file in KUBECONFIG does not exist ({paths[0]})" if len(paths) == 1 else
-                  f"none of the files in KUBECONFIG exists ({', '.join(paths)})")
+        looked = (
+            f"the file in KUBECONFIG does not exist ({paths[0]})"
+            if len(paths) == 1
+            else f"none of the files in KUBECONFIG exists ({', '.join(paths)})"
+        )
     else:
         looked = f"KUBECONFIG is not set, {paths[0]} does not exist"
     return ConfigError(
         f"no configuration has been provided: {looked}, and this is not a pod "
         "(KUBERNETES_SERVICE_HOST is not set); point at a cluster with --kubeconfig FILE, "
-        "KUBECONFIG=FILE or --server URL")
+        "KUBECONFIG=FILE or --server URL"
+    )
 
 
-def _load_client_configuration(kubeconfig: str | None, context: str | None,
-                               overrides: Overrides | None = None):
+def _load_client_configuration(
+    kubeconfig: str | None, context: str | None, overrides: Overrides | None = None
+):
     """A ``kubernetes.client.Configuration`` from kubeconfig (or in-cluster), with
     kubectl's override flags applied."""
     import os
@@ -320,8 +340,9 @@ def _load_client_configuration(kubeconfig: str | None, context: str | None,
     existing = [p for p in paths if os.path.exists(p)]
     try:
         if existing:
-            loader = _get_kube_config_loader(filename=os.pathsep.join(existing),
-                                             active_context=context, persist_config=False)
+            loader = _get_kube_config_loader(
+                filename=os.pathsep.join(existing), active_context=context, persist_config=False
+            )
             if o.user is not None:
                 users = loader._config["users"] if loader._config.safe_get("users") else None
                 user = users.get_with_name(o.user, safe=True) if users else None
@@ -329,15 +350,16 @@ def _load_client_configuration(kubeconfig: str | None, context: str | None,
                     raise ConfigError(f'auth info "{o.user}" does not exist')
                 loader._user = user["user"]
             if o.cluster is not None:
-                clusters = (loader._config["clusters"] if loader._config.safe_get("clusters")
-                            else None)
+                clusters = (
+                    loader._config["clusters"] if loader._config.safe_get("clusters") else None
+                )
                 cluster = clusters.get_with_name(o.cluster, safe=True) if clusters else None
                 if cluster is None:
                     raise ConfigError(f'cluster "{o.cluster}" does not exist')
                 loader._cluster = cluster["cluster"]
             loader.load_and_set(cfg)
         elif o.server:
-            cfg.host = o.server        # like kubectl: --server alone, no kubeconfig at all
+            cfg.host = o.server  # like kubectl: --server alone, no kubeconfig at all
         elif context or o.user or o.cluster:
             raise _no_configuration(paths)
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
@@ -356,7 +378,9 @@ def _load_client_configuration(kubeconfig: str | None, context: str | None,
         raise ConfigError(f"kubeconfig not found: {exc.filename}") from None
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         # malformed YAML / missing keys surface as these from the loader
-        raise ConfigError(f"invalid kubeconfig: {' '.join(str(exc).split()) or type(exc).__name__}") from None
+        raise ConfigError(
+            f"invalid kubeconfig: {' '.join(str(exc).split()) or type(exc).__name__}"
+        ) from None
     except Exception as exc:  # yaml errors and others: one line, never a traceback
         raise ConfigError(f"invalid kubeconfig: {' '.join(str(exc).split())[:300]}") from None
     if o.server:
@@ -386,10 +410,17 @@ class Kube:
     ``before_request`` is a test hook called with (verb, path) before each request.
     """
 
-    def __init__(self, configuration, *, request_timeout: float | None = None,
-                 dry_run: bool = False, user_agent: str | None = None,
-                 impersonate: str | None = None, impersonate_groups: tuple[str, ...] = (),
-                 impersonate_uid: str | None = None):
+    def __init__(
+        self,
+        configuration,
+        *,
+        request_timeout: float | None = None,
+        dry_run: bool = False,
+        user_agent: str | None = None,
+        impersonate: str | None = None,
+        impersonate_groups: tuple[str, ...] = (),
+        impersonate_uid: str | None = None,
+    ):
         _, _, rest = _client_modules()
 
         self._cfg = configuration
@@ -399,6 +430,7 @@ class Kube:
         self.stats = Stats()
         self.before_request = None
         from . import __version__
+
         self._ua = user_agent or f"kubectl-flux-plunger/{__version__}"
         self._impersonate = [("Impersonate-User", impersonate)] if impersonate else []
         self._impersonate += [("Impersonate-Group", g) for g in impersonate_groups]
@@ -406,11 +438,18 @@ class Kube:
             self._impersonate.append(("Impersonate-Uid", impersonate_uid))
 
     @classmethod
-    def from_kubeconfig(cls, kubeconfig: str | None = None, context: str | None = None,
-                        overrides: Overrides | None = None, **kwargs) -> "Kube":
+    def from_kubeconfig(
+        cls,
+        kubeconfig: str | None = None,
+        context: str | None = None,
+        overrides: Overrides | None = None,
+        **kwargs,
+    ) -> "Kube":
         if overrides is not None and overrides.impersonate_groups and not overrides.impersonate:
-            raise ConfigError("requesting groups without impersonating a user is not allowed "
-                              "(--as-group needs --as)")
+            raise ConfigError(
+                "requesting groups without impersonating a user is not allowed "
+                "(--as-group needs --as)"
+            )
         if overrides is not None:
             kwargs.setdefault("impersonate", overrides.impersonate)
             kwargs.setdefault("impersonate_groups", overrides.impersonate_groups)
@@ -457,9 +496,19 @@ class Kube:
             headers[bearer["key"]] = bearer["value"]
         return headers
 
-    def request(self, verb: str, method: str, path: str, *, query: dict | None = None,
-                body: Any = None, content_type: str | None = None, write: bool = False,
-                timeout: float | None = None, stream: bool = False) -> Any:
+    def request(
+        self,
+        verb: str,
+        method: str,
+        path: str,
+        *,
+        query: dict | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        write: bool = False,
+        timeout: float | None = None,
+        stream: bool = False,
+    ) -> Any:
         """Send one request. Returns the decoded JSON body (or the raw response when
         ``stream``). Raises :class:`KubeError` (a subclass naming the status) for any
         non-2xx answer or transport failure.
@@ -470,9 +519,17 @@ class Kube:
         attempt = 0
         while True:
             try:
-                return self._send(verb, method, path, query=query, body=body,
-                                  content_type=content_type, write=write, timeout=timeout,
-                                  stream=stream)
+                return self._send(
+                    verb,
+                    method,
+                    path,
+                    query=query,
+                    body=body,
+                    content_type=content_type,
+                    write=write,
+                    timeout=timeout,
+                    stream=stream,
+                )
             except (TooManyRequests, ServerError) as exc:
                 if verb not in READ_VERBS or attempt >= READ_RETRIES:
                     raise
@@ -480,9 +537,19 @@ class Kube:
                 attempt += 1
             time.sleep(delay)
 
-    def _send(self, verb: str, method: str, path: str, *, query: dict | None,
-              body: Any, content_type: str | None, write: bool, timeout: float | None,
-              stream: bool) -> Any:
+    def _send(
+        self,
+        verb: str,
+        method: str,
+        path: str,
+        *,
+        query: dict | None,
+        body: Any,
+        content_type: str | None,
+        write: bool,
+        timeout: float | None,
+        stream: bool,
+    ) -> Any:
         import urllib3  # comes with the client
 
         q = {k: v for k, v in (query or {}).items() if v is not None}
@@ -498,15 +565,22 @@ class Kube:
         t = timeout if timeout is not None else self.request_timeout
         try:
             resp = self._pool.request(
-                method, url, body=data, headers=self._headers(content_type),
+                method,
+                url,
+                body=data,
+                headers=self._headers(content_type),
                 preload_content=not stream,
-                timeout=urllib3.Timeout(connect=t or 30, read=t) if (t or not stream) else
-                urllib3.Timeout(connect=30, read=None),
-                retries=False)
+                timeout=urllib3.Timeout(connect=t or 30, read=t)
+                if (t or not stream)
+                else urllib3.Timeout(connect=30, read=None),
+                retries=False,
+            )
         except urllib3.exceptions.HTTPError as exc:
-            raise Unreachable(0, "Unreachable",
-                              f"cannot reach the Kubernetes API at {self._cfg.host}: "
-                              f"{_one_line(exc)}") from None
+            raise Unreachable(
+                0,
+                "Unreachable",
+                f"cannot reach the Kubernetes API at {self._cfg.host}: {_one_line(exc)}",
+            ) from None
         if stream:
             if resp.status >= 300:
                 raw = resp.read()
@@ -520,8 +594,11 @@ class Kube:
         try:
             return json.loads(resp.data)
         except ValueError:
-            raise KubeError(resp.status, "BadResponse",
-                            f"the API at {self._cfg.host} answered {method} {path} with non-JSON") from None
+            raise KubeError(
+                resp.status,
+                "BadResponse",
+                f"the API at {self._cfg.host} answered {method} {path} with non-JSON",
+            ) from None
 
     # -- HelmReleases --------------------------------------------------------------
 
@@ -534,37 +611,58 @@ class Kube:
                 return None
             raise
 
-    def list_hrs(self, namespace: str | None = None,
-                 label_selector: str | None = None) -> list[dict]:
+    def list_hrs(
+        self, namespace: str | None = None, label_selector: str | None = None
+    ) -> list[dict]:
         """Every HelmRelease of a fresh (paged) LIST."""
         return [hr for items, _ in self.iter_hr_pages(namespace, label_selector) for hr in items]
 
-    def iter_hr_pages(self, namespace: str | None = None, label_selector: str | None = None,
-                      limit: int = 500) -> Iterator[tuple[list[dict], str]]:
+    def iter_hr_pages(
+        self, namespace: str | None = None, label_selector: str | None = None, limit: int = 500
+    ) -> Iterator[tuple[list[dict], str]]:
         """The pages of a fresh LIST, one at a time (``serve`` never holds every release in
         memory at once). Yields (items of one page, list resourceVersion)."""
         cont = None
         while True:
-            out = self.request("LIST", "GET", hr_path(namespace), query={
-                "labelSelector": label_selector, "limit": limit, "continue": cont})
+            out = self.request(
+                "LIST",
+                "GET",
+                hr_path(namespace),
+                query={"labelSelector": label_selector, "limit": limit, "continue": cont},
+            )
             md = out.get("metadata") or {}
             yield out.get("items") or [], md.get("resourceVersion", "")
             cont = md.get("continue")
             if not cont:
                 return
 
-    def watch_hrs(self, namespace: str | None, label_selector: str | None,
-                  resource_version: str, timeout_seconds: int = 300,
-                  field_selector: str | None = None,
-                  opened: Callable[[Any], None] | None = None) -> Iterator[dict]:
+    def watch_hrs(
+        self,
+        namespace: str | None,
+        label_selector: str | None,
+        resource_version: str,
+        timeout_seconds: int = 300,
+        field_selector: str | None = None,
+        opened: Callable[[Any], None] | None = None,
+    ) -> Iterator[dict]:
         """Stream watch events (dicts with ``type`` and ``object``) with bookmarks.
         A 410 arrives as an ERROR event or as a KubeError(status=410).  ``opened`` gets the
         streaming response once the apiserver answered (another thread may shut it down)."""
-        resp = self.request("WATCH", "GET", hr_path(namespace), query={
-            "watch": "true", "allowWatchBookmarks": "true", "labelSelector": label_selector,
-            "fieldSelector": field_selector,
-            "resourceVersion": resource_version, "timeoutSeconds": timeout_seconds},
-            stream=True, timeout=timeout_seconds + 30)
+        resp = self.request(
+            "WATCH",
+            "GET",
+            hr_path(namespace),
+            query={
+                "watch": "true",
+                "allowWatchBookmarks": "true",
+                "labelSelector": label_selector,
+                "fieldSelector": field_selector,
+                "resourceVersion": resource_version,
+                "timeoutSeconds": timeout_seconds,
+            },
+            stream=True,
+            timeout=timeout_seconds + 30,
+        )
         if opened is not None:
             opened(resp)
         buf = bytearray()
@@ -587,9 +685,11 @@ class Kube:
                     del buf[:start]
         except Exception as exc:
             import urllib3
+
             if isinstance(exc, (urllib3.exceptions.HTTPError, OSError)):
-                raise Unreachable(0, "Unreachable",
-                                  f"watch interrupted: {_one_line(exc)}") from None
+                raise Unreachable(
+                    0, "Unreachable", f"watch interrupted: {_one_line(exc)}"
+                ) from None
             raise
         finally:
             resp.release_conn()
@@ -597,32 +697,53 @@ class Kube:
     def apply_hr(self, body: dict, *, force: bool = False) -> dict:
         """Server-side apply by manager ``flux-plunger`` of a minimal body."""
         md = body["metadata"]
-        return self.request("APPLY", "PATCH", hr_path(md["namespace"], md["name"]), body=body,
-                            content_type=APPLY_PATCH, write=True,
-                            query={"fieldManager": C.FIELD_MANAGER,
-                                   "force": "true" if force else None})
+        return self.request(
+            "APPLY",
+            "PATCH",
+            hr_path(md["namespace"], md["name"]),
+            body=body,
+            content_type=APPLY_PATCH,
+            write=True,
+            query={"fieldManager": C.FIELD_MANAGER, "force": "true" if force else None},
+        )
 
-    def merge_patch_hr(self, namespace: str, name: str, patch: dict, *,
-                       field_manager: str = C.CLIENT_SIDE_MANAGER) -> dict:
-        return self.request("PATCH", "PATCH", hr_path(namespace, name), body=patch,
-                            content_type=MERGE_PATCH, write=True,
-                            query={"fieldManager": field_manager})
+    def merge_patch_hr(
+        self, namespace: str, name: str, patch: dict, *, field_manager: str = C.CLIENT_SIDE_MANAGER
+    ) -> dict:
+        return self.request(
+            "PATCH",
+            "PATCH",
+            hr_path(namespace, name),
+            body=patch,
+            content_type=MERGE_PATCH,
+            write=True,
+            query={"fieldManager": field_manager},
+        )
 
-    def json_patch_hr(self, namespace: str, name: str, ops: list[dict], *,
-                      field_manager: str = C.FIELD_MANAGER) -> dict:
-        return self.request("PATCH", "PATCH", hr_path(namespace, name), body=ops,
-                            content_type=JSON_PATCH, write=True,
-                            query={"fieldManager": field_manager})
+    def json_patch_hr(
+        self, namespace: str, name: str, ops: list[dict], *, field_manager: str = C.FIELD_MANAGER
+    ) -> dict:
+        return self.request(
+            "PATCH",
+            "PATCH",
+            hr_path(namespace, name),
+            body=ops,
+            content_type=JSON_PATCH,
+            write=True,
+            query={"fieldManager": field_manager},
+        )
 
     # -- Helm storage Secrets -------------------------------------------------------
 
     def list_secrets(self, namespace: str, label_selector: str) -> list[dict]:
-        out = self.request("LIST", "GET", core_path("secrets", namespace),
-                           query={"labelSelector": label_selector})
+        out = self.request(
+            "LIST", "GET", core_path("secrets", namespace), query={"labelSelector": label_selector}
+        )
         return out.get("items") or []
 
-    def delete_secret(self, namespace: str, name: str, uid: str,
-                      resource_version: str | None = None) -> dict:
+    def delete_secret(
+        self, namespace: str, name: str, uid: str, resource_version: str | None = None
+    ) -> dict:
         """DELETE with uid and resourceVersion preconditions: a Secret re-created under the
         same name stays, and so does one rewritten in place (Helm updates release Secrets
         keeping their uid) since it was judged.  A failed precondition answers 409.
@@ -632,12 +753,21 @@ class Kube:
         preconditions = {"uid": uid}
         if resource_version:
             preconditions["resourceVersion"] = resource_version
-        options: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions",
-                                   "preconditions": preconditions}
+        options: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": preconditions,
+        }
         if self.dry_run:
             options["dryRun"] = ["All"]
-        return self.request("DELETE", "DELETE", core_path("secrets", namespace, name),
-                            body=options, content_type=JSON, write=True)
+        return self.request(
+            "DELETE",
+            "DELETE",
+            core_path("secrets", namespace, name),
+            body=options,
+            content_type=JSON,
+            write=True,
+        )
 
     # -- Events --------------------------------------------------------------------
 
@@ -650,12 +780,24 @@ class Kube:
             raise
 
     def create_event(self, namespace: str, body: dict) -> dict:
-        return self.request("CREATE", "POST", core_path("events", namespace), body=body,
-                            content_type=JSON, write=True)
+        return self.request(
+            "CREATE",
+            "POST",
+            core_path("events", namespace),
+            body=body,
+            content_type=JSON,
+            write=True,
+        )
 
     def patch_event(self, namespace: str, name: str, patch: dict) -> dict:
-        return self.request("PATCH", "PATCH", core_path("events", namespace, name), body=patch,
-                            content_type=MERGE_PATCH, write=True)
+        return self.request(
+            "PATCH",
+            "PATCH",
+            core_path("events", namespace, name),
+            body=patch,
+            content_type=MERGE_PATCH,
+            write=True,
+        )
 
     # -- Leases --------------------------------------------------------------------
 
@@ -668,19 +810,23 @@ class Kube:
             raise
 
     def create_lease(self, namespace: str, body: dict) -> dict:
-        return self.request("CREATE", "POST", lease_path(namespace), body=body,
-                            content_type=JSON)
+        return self.request("CREATE", "POST", lease_path(namespace), body=body, content_type=JSON)
 
     def update_lease(self, namespace: str, name: str, body: dict) -> dict:
-        return self.request("UPDATE", "PUT", lease_path(namespace, name), body=body,
-                            content_type=JSON)
+        return self.request(
+            "UPDATE", "PUT", lease_path(namespace, name), body=body, content_type=JSON
+        )
 
     # -- the controller's Deployment (release-fence --stop-deployment) --------------
 
     def get_deployment(self, namespace: str, name: str) -> dict | None:
         try:
-            return self.request("GET", "GET", f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}"
-                                f"/deployments/{quote(name, safe='')}")
+            return self.request(
+                "GET",
+                "GET",
+                f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}"
+                f"/deployments/{quote(name, safe='')}",
+            )
         except KubeError as exc:
             if exc.not_found:
                 return None
@@ -688,14 +834,20 @@ class Kube:
 
     def scale_deployment(self, namespace: str, name: str, replicas: int) -> dict:
         """Merge patch of the scale subresource (what `kubectl scale` sends)."""
-        return self.request("PATCH", "PATCH", f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}"
-                            f"/deployments/{quote(name, safe='')}/scale",
-                            body={"spec": {"replicas": replicas}}, content_type=MERGE_PATCH,
-                            write=True)
+        return self.request(
+            "PATCH",
+            "PATCH",
+            f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}"
+            f"/deployments/{quote(name, safe='')}/scale",
+            body={"spec": {"replicas": replicas}},
+            content_type=MERGE_PATCH,
+            write=True,
+        )
 
     def list_pods(self, namespace: str, label_selector: str) -> list[dict]:
-        out = self.request("LIST", "GET", core_path("pods", namespace),
-                           query={"labelSelector": label_selector})
+        out = self.request(
+            "LIST", "GET", core_path("pods", namespace), query={"labelSelector": label_selector}
+        )
         return out.get("items") or []
 
     # -- discovery -----------------------------------------------------------------
@@ -704,8 +856,9 @@ class Kube:
         return self.request("GET", "GET", "/version")
 
     def list_deployments_any(self, label_selector: str) -> list[dict]:
-        out = self.request("LIST", "GET", "/apis/apps/v1/deployments",
-                           query={"labelSelector": label_selector})
+        out = self.request(
+            "LIST", "GET", "/apis/apps/v1/deployments", query={"labelSelector": label_selector}
+        )
         return out.get("items") or []
 
     def hr_api_served(self) -> bool:
@@ -736,7 +889,7 @@ def _retry_after(exc: KubeError, attempt: int) -> float:
         value = details.get("retryAfterSeconds") if isinstance(details, dict) else None
         seconds = float(value) if isinstance(value, (int, float)) else None
     if seconds is None:
-        seconds = 0.2 * (2 ** attempt)
+        seconds = 0.2 * (2**attempt)
     return max(0.0, min(seconds, MAX_RETRY_AFTER))
 
 
@@ -748,8 +901,13 @@ def _error_from(status: int, raw: bytes, retry_after: str | None = None) -> Kube
         body = {}
     if not isinstance(body, dict):
         body = {}
-    reason = body.get("reason") or {401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
-                                     409: "Conflict", 410: "Gone"}.get(status, "Error")
+    reason = body.get("reason") or {
+        401: "Unauthorized",
+        403: "Forbidden",
+        404: "NotFound",
+        409: "Conflict",
+        410: "Gone",
+    }.get(status, "Error")
     message = body.get("message") or (raw.decode("utf-8", "replace").strip()[:300] if raw else "")
     if retry_after is not None:
         body = {**body, "_retryAfter": retry_after}

@@ -130,8 +130,8 @@ RECOVERY_DEFERRED = EventSpec(
 RECOVERED = EventSpec(
     "Recovered",
     NORMAL,
-    "Deleted the Helm storage revision that blocked upgrades with \"has no deployed "
-    "releases\"; helm-controller reconciles the release again",
+    'Deleted the Helm storage revision that blocked upgrades with "has no deployed '
+    'releases"; helm-controller reconciles the release again',
 )
 
 
@@ -214,7 +214,7 @@ def _decide_live(hr: dict) -> Decision:
         )
     if is_stuck(hr):
         return _decision(
-            Action.RECOVER, Row.LIVE_STUCK, "stuck with \"has no deployed releases\": recover"
+            Action.RECOVER, Row.LIVE_STUCK, 'stuck with "has no deployed releases": recover'
         )
     return _decision(Action.NOTHING, Row.HEALTHY, "nothing to do")
 
@@ -253,8 +253,8 @@ class Verdict(str, enum.Enum):
     """The storage half of the live-stuck row."""
 
     RECOVER = "recover"
-    AWAITING_RETRY = "awaiting-retry"   # the value of executor.Result.AWAITING_RETRY
-    SKIPPED = "skipped"                 # the value of executor.Result.SKIPPED
+    AWAITING_RETRY = "awaiting-retry"  # the value of executor.Result.AWAITING_RETRY
+    SKIPPED = "skipped"  # the value of executor.Result.SKIPPED
 
 
 @dataclass(frozen=True)

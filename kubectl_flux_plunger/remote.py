@@ -25,6 +25,7 @@ anonymous memory file (Linux ``memfd``), never a file on disk, and no message qu
 Only the storage list and the Secret DELETE go to the remote cluster; the suspension, fence,
 annotation, Events and Lease stay on the local HelmRelease.
 """
+
 from __future__ import annotations
 
 import base64
@@ -39,8 +40,8 @@ from typing import Any, Callable
 
 from .kube import Kube, KubeError, _client_modules, core_path
 
-REMOTE_TIMEOUT = 10.0        # seconds per request to a remote cluster (status stays bounded)
-UNREACHABLE_TTL = 30.0       # a remote that did not answer is not retried for this long
+REMOTE_TIMEOUT = 10.0  # seconds per request to a remote cluster (status stays bounded)
+UNREACHABLE_TTL = 30.0  # a remote that did not answer is not retried for this long
 MAX_CLIENTS = 64
 MAX_RELEASES = 4096
 DEFAULT_KEYS = ("value", "value.yaml")
@@ -99,7 +100,8 @@ def kubeconfig_ref(hr: dict[str, Any]) -> KubeConfigRef | None:
         secret_name=_str(_dig(kc, "secretRef", "name")),
         key=_str(_dig(kc, "secretRef", "key")),
         config_map_name=_str(_dig(kc, "configMapRef", "name")),
-        service_account=_str(_dig(hr, "spec", "serviceAccountName")))
+        service_account=_str(_dig(hr, "spec", "serviceAccountName")),
+    )
 
 
 @dataclass(frozen=True)
@@ -107,10 +109,10 @@ class RemoteConfig:
     """A kubeconfig reduced to what helm-controller keeps.  Secrets never appear in repr."""
 
     server: str
-    cluster: str                                   # the context's cluster name
-    ca_data: str | None = field(default=None, repr=False)      # PEM
+    cluster: str  # the context's cluster name
+    ca_data: str | None = field(default=None, repr=False)  # PEM
     cert_data: bytes | None = field(default=None, repr=False)  # PEM
-    key_data: bytes | None = field(default=None, repr=False)   # PEM
+    key_data: bytes | None = field(default=None, repr=False)  # PEM
     token: str | None = field(default=None, repr=False)
     username: str | None = field(default=None, repr=False)
     password: str | None = field(default=None, repr=False)
@@ -139,8 +141,7 @@ def _b64(value: Any, what: str, source: str) -> bytes:
         raise RemoteError(f"{source}: invalid kubeconfig: {what} is not valid base64") from None
 
 
-def parse_kubeconfig(data: bytes, source: str, *,
-                     impersonate: str | None = None) -> RemoteConfig:
+def parse_kubeconfig(data: bytes, source: str, *, impersonate: str | None = None) -> RemoteConfig:
     """Parse a kubeconfig from a Secret as helm-controller's ``KubeConfigFromBytes`` +
     ``KubeConfig`` do (see the module docstring).  Raises :class:`RemoteError` (bad input) or
     :class:`Unsupported` with a one-line reason naming ``source``, never the content."""
@@ -155,17 +156,23 @@ def parse_kubeconfig(data: bytes, source: str, *,
     for entry in _list(cfg.get("clusters")):
         cluster = (entry or {}).get("cluster") if isinstance(entry, dict) else None
         if isinstance(cluster, dict) and cluster.get("certificate-authority"):
-            raise RemoteError(f"{source}: invalid kubeconfig: cluster {entry.get('name')!r} "
-                              "references a certificate-authority file, only "
-                              "certificate-authority-data is supported")
+            raise RemoteError(
+                f"{source}: invalid kubeconfig: cluster {entry.get('name')!r} "
+                "references a certificate-authority file, only "
+                "certificate-authority-data is supported"
+            )
     for entry in _list(cfg.get("users")):
         user = (entry or {}).get("user") if isinstance(entry, dict) else None
-        for key, inline in (("tokenFile", "an inline token"),
-                            ("client-certificate", "client-certificate-data"),
-                            ("client-key", "client-key-data")):
+        for key, inline in (
+            ("tokenFile", "an inline token"),
+            ("client-certificate", "client-certificate-data"),
+            ("client-key", "client-key-data"),
+        ):
             if isinstance(user, dict) and user.get(key):
-                raise RemoteError(f"{source}: invalid kubeconfig: user {entry.get('name')!r} "
-                                  f"references a {key} file, only {inline} is supported")
+                raise RemoteError(
+                    f"{source}: invalid kubeconfig: user {entry.get('name')!r} "
+                    f"references a {key} file, only {inline} is supported"
+                )
     current = _str(cfg.get("current-context"))
     if current is None:
         raise RemoteError(f"{source}: invalid kubeconfig: no current-context")
@@ -181,30 +188,44 @@ def parse_kubeconfig(data: bytes, source: str, *,
     if not server.startswith(("https://", "http://")):
         server = "https://" + server
     if cluster.get("proxy-url"):
-        raise Unsupported(f"{source}: the kubeconfig needs a proxy (proxy-url), which "
-                          "flux-plunger does not support")
+        raise Unsupported(
+            f"{source}: the kubeconfig needs a proxy (proxy-url), which "
+            "flux-plunger does not support"
+        )
     ca = cluster.get("certificate-authority-data")
     cert, pkey = user.get("client-certificate-data"), user.get("client-key-data")
     token, username = _str(user.get("token")), _str(user.get("username"))
     if not (token or username or (cert and pkey)):
         if user.get("exec"):
-            raise Unsupported(f"{source}: the kubeconfig authenticates with an exec plugin, "
-                              "which flux-plunger does not run (helm-controller only with "
-                              "--insecure-kubeconfig-exec)")
+            raise Unsupported(
+                f"{source}: the kubeconfig authenticates with an exec plugin, "
+                "which flux-plunger does not run (helm-controller only with "
+                "--insecure-kubeconfig-exec)"
+            )
         if user.get("auth-provider"):
-            raise Unsupported(f"{source}: the kubeconfig authenticates with an auth-provider "
-                              "plugin, which helm-controller and flux-plunger do not support")
+            raise Unsupported(
+                f"{source}: the kubeconfig authenticates with an auth-provider "
+                "plugin, which helm-controller and flux-plunger do not support"
+            )
     if bool(cert) != bool(pkey):
-        raise RemoteError(f"{source}: invalid kubeconfig: client-certificate-data and "
-                          "client-key-data must be given together")
+        raise RemoteError(
+            f"{source}: invalid kubeconfig: client-certificate-data and "
+            "client-key-data must be given together"
+        )
     return RemoteConfig(
-        server=server, cluster=cluster_name,
+        server=server,
+        cluster=cluster_name,
         ca_data=_b64(ca, "certificate-authority-data", source).decode("ascii", "replace")
-        if ca else None,
+        if ca
+        else None,
         cert_data=_b64(cert, "client-certificate-data", source) if cert else None,
         key_data=_b64(pkey, "client-key-data", source) if pkey else None,
-        token=token, username=username, password=_str(user.get("password")),
-        tls_server_name=_str(cluster.get("tls-server-name")), impersonate=impersonate)
+        token=token,
+        username=username,
+        password=_str(user.get("password")),
+        tls_server_name=_str(cluster.get("tls-server-name")),
+        impersonate=impersonate,
+    )
 
 
 def kubeconfig_bytes(secret: dict[str, Any], ref: KubeConfigRef) -> bytes:
@@ -247,19 +268,25 @@ def _load_client_cert(ctx: ssl.SSLContext, cert: bytes, key: bytes, cluster: str
     """OpenSSL loads certificates from paths only: hand it an anonymous memory file."""
     memfd_create: Callable[..., int] | None = getattr(os, "memfd_create", None)
     if memfd_create is None:
-        raise Unsupported("a client certificate from a kubeconfig Secret is only supported on "
-                          "Linux (it is loaded from memory, never written to disk)")
+        raise Unsupported(
+            "a client certificate from a kubeconfig Secret is only supported on "
+            "Linux (it is loaded from memory, never written to disk)"
+        )
     fd = memfd_create("flux-plunger-client-cert", getattr(os, "MFD_CLOEXEC", 0))
     try:
         os.write(fd, cert.rstrip(b"\n") + b"\n" + key)
         # never OpenSSL's interactive passphrase prompt: an encrypted key is refused
         ctx.load_cert_chain(f"/proc/self/fd/{fd}", password=_no_passphrase)
     except _EncryptedKey:
-        raise RemoteError(f"the client key of the kubeconfig for cluster {cluster!r} is "
-                          "encrypted; only an unencrypted client-key-data is supported") from None
+        raise RemoteError(
+            f"the client key of the kubeconfig for cluster {cluster!r} is "
+            "encrypted; only an unencrypted client-key-data is supported"
+        ) from None
     except (ssl.SSLError, OSError):
-        raise RemoteError(f"the client certificate or key of the kubeconfig for cluster "
-                          f"{cluster!r} is not valid PEM") from None
+        raise RemoteError(
+            f"the client certificate or key of the kubeconfig for cluster "
+            f"{cluster!r} is not valid PEM"
+        ) from None
     finally:
         os.close(fd)
 
@@ -267,8 +294,15 @@ def _load_client_cert(ctx: ssl.SSLContext, cert: bytes, key: bytes, cluster: str
 class RemoteKube(Kube):
     """A :class:`Kube` talking to the remote cluster of one kubeconfig Secret."""
 
-    def __init__(self, cfg: RemoteConfig, *, where: str, request_timeout: float,
-                 dry_run: bool = False, on_unreachable: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        cfg: RemoteConfig,
+        *,
+        where: str,
+        request_timeout: float,
+        dry_run: bool = False,
+        on_unreachable: Callable[[str], None] | None = None,
+    ):
         import urllib3
 
         configuration_module = _client_modules()[0]  # type: ignore[no-untyped-call]
@@ -329,9 +363,14 @@ class Remotes:
     not tried again for ``unreachable_ttl`` seconds, so one dead cluster costs one timeout per
     window, not one per release.  Thread-safe."""
 
-    def __init__(self, local: Kube, *, timeout: float | None = None,
-                 unreachable_ttl: float = UNREACHABLE_TTL,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        local: Kube,
+        *,
+        timeout: float | None = None,
+        unreachable_ttl: float = UNREACHABLE_TTL,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.local = local
         self.timeout = min(filter(None, (timeout, local.request_timeout, REMOTE_TIMEOUT)))
         self.unreachable_ttl = unreachable_ttl
@@ -357,43 +396,66 @@ class Remotes:
             if known is not None:
                 return known
         if ref.config_map_name and not ref.secret_name:
-            raise Unsupported(f"spec.kubeConfig.configMapRef ({ref.config_map_name}) asks for a "
-                              "cloud or generic workload-identity provider, which flux-plunger "
-                              "does not support")
+            raise Unsupported(
+                f"spec.kubeConfig.configMapRef ({ref.config_map_name}) asks for a "
+                "cloud or generic workload-identity provider, which flux-plunger "
+                "does not support"
+            )
         if not ref.secret_name or ref.config_map_name:
-            raise RemoteError("exactly one of spec.kubeConfig.configMapRef or "
-                              "spec.kubeConfig.secretRef must be set")
+            raise RemoteError(
+                "exactly one of spec.kubeConfig.configMapRef or "
+                "spec.kubeConfig.secretRef must be set"
+            )
         try:
-            secret = self.local.request("GET", "GET",
-                                        core_path("secrets", ref.namespace, ref.secret_name))
+            secret = self.local.request(
+                "GET", "GET", core_path("secrets", ref.namespace, ref.secret_name)
+            )
         except KubeError as exc:
             if exc.object_missing:
                 raise RemoteError(f"{ref.where} not found") from None
-            raise RemoteError(f"cannot read {ref.where}: {exc}", status=exc.status,
-                              reason=exc.reason) from None
+            raise RemoteError(
+                f"cannot read {ref.where}: {exc}", status=exc.status, reason=exc.reason
+            ) from None
         md = secret.get("metadata") or {}
-        impersonate = (_SA_USER.format(namespace=ref.namespace, name=ref.service_account)
-                       if ref.service_account else None)
-        key = (ref.namespace, ref.secret_name, ref.key or "", impersonate or "",
-               str(md.get("uid")), str(md.get("resourceVersion")))
+        impersonate = (
+            _SA_USER.format(namespace=ref.namespace, name=ref.service_account)
+            if ref.service_account
+            else None
+        )
+        key = (
+            ref.namespace,
+            ref.secret_name,
+            ref.key or "",
+            impersonate or "",
+            str(md.get("uid")),
+            str(md.get("resourceVersion")),
+        )
         with self._lock:
             client = self._clients.get(key)
             if client is not None:
                 self._clients.move_to_end(key)
         if client is None:
-            cfg = parse_kubeconfig(kubeconfig_bytes(secret, ref), ref.where,
-                                   impersonate=impersonate)
-            client = RemoteKube(cfg, where=ref.where, request_timeout=self.timeout,
-                                dry_run=self.local.dry_run, on_unreachable=self._mark_dead)
-            client.stats = self.local.stats      # one request count per run
+            cfg = parse_kubeconfig(
+                kubeconfig_bytes(secret, ref), ref.where, impersonate=impersonate
+            )
+            client = RemoteKube(
+                cfg,
+                where=ref.where,
+                request_timeout=self.timeout,
+                dry_run=self.local.dry_run,
+                on_unreachable=self._mark_dead,
+            )
+            client.stats = self.local.stats  # one request count per run
             with self._lock:
                 self._clients[key] = client
                 while len(self._clients) > MAX_CLIENTS:
                     self._clients.popitem(last=False)[1].close()
         until = self._dead.get(client.cluster)
         if until is not None and self.clock() < until:
-            raise RemoteError(f"the remote cluster {client.cluster} of {ref.where} did not "
-                              f"answer a moment ago; not retried for {self.unreachable_ttl:.0f}s")
+            raise RemoteError(
+                f"the remote cluster {client.cluster} of {ref.where} did not "
+                f"answer a moment ago; not retried for {self.unreachable_ttl:.0f}s"
+            )
         with self._lock:
             self._by_release[uid] = client
             while len(self._by_release) > MAX_RELEASES:
@@ -412,6 +474,15 @@ class Remotes:
             client.close()
 
 
-__all__ = ["KubeConfigRef", "RemoteConfig", "RemoteError", "RemoteKube", "Remotes",
-           "Unsupported", "kubeconfig_bytes", "kubeconfig_ref", "parse_kubeconfig",
-           "storage_cluster"]
+__all__ = [
+    "KubeConfigRef",
+    "RemoteConfig",
+    "RemoteError",
+    "RemoteKube",
+    "Remotes",
+    "Unsupported",
+    "kubeconfig_bytes",
+    "kubeconfig_ref",
+    "parse_kubeconfig",
+    "storage_cluster",
+]

@@ -8,6 +8,7 @@ where the verbs declare them.  ``-n``/``-A`` are dropped for a verb that has no
 namespace (``version``), as kubectl's global flags are ignored by commands that do not
 use them; any other flag a verb does not take stays an error of that verb.
 """
+
 from __future__ import annotations
 
 import click
@@ -16,14 +17,24 @@ from .options import OVERRIDE_FLAG_NAMES
 
 # long name -> takes a value
 GLOBAL_FLAGS: dict[str, bool] = {
-    "--namespace": True, "--all-namespaces": False, "--kubeconfig": True, "--context": True,
-    "--request-timeout": True, **{f: f != "--insecure-skip-tls-verify" for f in OVERRIDE_FLAG_NAMES},
+    "--namespace": True,
+    "--all-namespaces": False,
+    "--kubeconfig": True,
+    "--context": True,
+    "--request-timeout": True,
+    **{f: f != "--insecure-skip-tls-verify" for f in OVERRIDE_FLAG_NAMES},
 }
 SHORT = {"-n": "--namespace", "-A": "--all-namespaces"}
 CONTEXTUAL = {"--namespace", "--all-namespaces"}
 # flux's own global flags, which mean nothing to flux-plunger: refused by name
-FLUX_ONLY = {"--timeout", "--verbose", "--kube-api-qps", "--kube-api-burst", "--cache-dir",
-             "--disable-compression"}
+FLUX_ONLY = {
+    "--timeout",
+    "--verbose",
+    "--kube-api-qps",
+    "--kube-api-burst",
+    "--cache-dir",
+    "--disable-compression",
+}
 
 
 def _split(token: str) -> tuple[str, str | None] | None:
@@ -54,8 +65,9 @@ def hoist_global_flags(group: click.Group, args: list[str]) -> list[str]:
             if token.partition("=")[0] in FLUX_ONLY:
                 raise click.UsageError(
                     f"{token.partition('=')[0]} is a flag of flux itself, which flux-plunger "
-                    "does not take; leave it out (the verbs have their own timeouts)")
-            break                        # --help, --version, or unknown: click decides
+                    "does not take; leave it out (the verbs have their own timeouts)"
+                )
+            break  # --help, --version, or unknown: click decides
         name, value = hit
         words = [token]
         if GLOBAL_FLAGS[name] and value is None:
@@ -73,11 +85,11 @@ def hoist_global_flags(group: click.Group, args: list[str]) -> list[str]:
     verb = args[i]
     cmd = group.commands.get(verb)
     if cmd is None:
-        return args[i:i + 1] + [w for _, ws in moved for w in ws] + args[i + 1:]
+        return args[i : i + 1] + [w for _, ws in moved for w in ws] + args[i + 1 :]
     takes = {opt for p in cmd.params if isinstance(p, click.Option) for opt in p.opts}
     hoisted: list[str] = []
     for name, words in moved:
         if name in CONTEXTUAL and name not in takes:
             continue
         hoisted += words
-    return [verb, *hoisted, *args[i + 1:]]
+    return [verb, *hoisted, *args[i + 1 :]]

@@ -10,6 +10,7 @@ Output: one candidate per line, then ``:N``, a cobra ShellCompDirective (0 defau
 come from the cluster/kubeconfig with a short per-request timeout; a cluster that cannot
 be reached gives no candidates, never an error.
 """
+
 from __future__ import annotations
 
 import sys
@@ -30,7 +31,8 @@ def cobra_complete(group: click.Group, prog: str, words: list[str]) -> int:
     try:
         args = hoist_global_flags(group, args)
         items = ShellComplete(group, {}, prog, "_FLUX_PLUNGER_COMPLETE").get_completions(
-            args, incomplete)
+            args, incomplete
+        )
     except Exception:  # noqa: BLE001 - a completion request never prints a traceback
         sys.stdout.write(f":{ERROR}\n")
         return 0

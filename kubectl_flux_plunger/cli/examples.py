@@ -1,5 +1,6 @@
 """``Examples:`` of every verb's help, as kubectl and flux print them.  ``{prog}`` is the
 program as the user called it (``kubectl flux-plunger`` or ``flux plunger``)."""
+
 from __future__ import annotations
 
 import click

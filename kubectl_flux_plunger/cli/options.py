@@ -4,6 +4,7 @@ The connection flags beyond ``--kubeconfig``/``--context``/``--request-timeout``
 passed to the commands as arguments: their callbacks collect them in ``ctx.meta`` and
 :func:`overrides` turns them into :class:`~kubectl_flux_plunger.kube.Overrides`.
 """
+
 from __future__ import annotations
 
 import re
@@ -25,8 +26,9 @@ def parse_duration(value: str | float | int | None, *, flag: str) -> float | Non
     if re.fullmatch(r"\d+(\.\d+)?", text):
         return float(text)
     if not _GO_DURATION.fullmatch(text):
-        raise click.BadParameter(f"invalid duration {value!r} (use e.g. 30s, 1m, 500ms)",
-                                 param_hint=flag)
+        raise click.BadParameter(
+            f"invalid duration {value!r} (use e.g. 30s, 1m, 500ms)", param_hint=flag
+        )
     import durationpy
 
     return float(durationpy.from_str(text).total_seconds())
@@ -35,8 +37,9 @@ def parse_duration(value: str | float | int | None, *, flag: str) -> float | Non
 class Duration(click.ParamType):  # type: ignore[type-arg,unused-ignore]  # generic from click 8.2
     name = "duration"
 
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> float | None:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float | None:
         try:
             return parse_duration(value, flag=param.opts[-1] if param else "duration")
         except click.BadParameter as exc:
@@ -53,36 +56,64 @@ def _store(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
         if value not in (None, (), False):
             ctx.meta.setdefault(META, {})[key] = value
         return value
+
     return callback
 
 
 # (flag, key, help, kwargs): kubectl's global connection flags (flux has the same ones)
 _OVERRIDE_FLAGS: list[tuple[str, str, str, dict[str, Any]]] = [
-    ("--server", "server", "The address and port of the Kubernetes API server.",
-     {"metavar": "URL"}),
-    ("--token", "token", "Bearer token for authentication to the API server.",
-     {"metavar": "TOKEN"}),
+    (
+        "--server",
+        "server",
+        "The address and port of the Kubernetes API server.",
+        {"metavar": "URL"},
+    ),
+    (
+        "--token",
+        "token",
+        "Bearer token for authentication to the API server.",
+        {"metavar": "TOKEN"},
+    ),
     ("--user", "user", "The name of the kubeconfig user to use.", {"metavar": "NAME"}),
     ("--cluster", "cluster", "The name of the kubeconfig cluster to use.", {"metavar": "NAME"}),
-    ("--certificate-authority", "certificate_authority",
-     "Path to a cert file for the certificate authority.",
-     {"metavar": "PATH", "type": click.Path(dir_okay=False)}),
-    ("--client-certificate", "client_certificate",
-     "Path to a client certificate file for TLS.",
-     {"metavar": "PATH", "type": click.Path(dir_okay=False)}),
-    ("--client-key", "client_key", "Path to a client key file for TLS.",
-     {"metavar": "PATH", "type": click.Path(dir_okay=False)}),
-    ("--tls-server-name", "tls_server_name",
-     "Server name to use for server certificate validation.", {"metavar": "NAME"}),
-    ("--insecure-skip-tls-verify", "insecure_skip_tls_verify",
-     "Do not check the server's certificate (insecure).", {"is_flag": True}),
-    ("--as", "impersonate", "Username to impersonate for the operation.",
-     {"metavar": "USER"}),
-    ("--as-group", "impersonate_groups",
-     "Group to impersonate for the operation (repeat for more groups).",
-     {"metavar": "GROUP", "multiple": True}),
-    ("--as-uid", "impersonate_uid", "UID to impersonate for the operation.",
-     {"metavar": "UID"}),
+    (
+        "--certificate-authority",
+        "certificate_authority",
+        "Path to a cert file for the certificate authority.",
+        {"metavar": "PATH", "type": click.Path(dir_okay=False)},
+    ),
+    (
+        "--client-certificate",
+        "client_certificate",
+        "Path to a client certificate file for TLS.",
+        {"metavar": "PATH", "type": click.Path(dir_okay=False)},
+    ),
+    (
+        "--client-key",
+        "client_key",
+        "Path to a client key file for TLS.",
+        {"metavar": "PATH", "type": click.Path(dir_okay=False)},
+    ),
+    (
+        "--tls-server-name",
+        "tls_server_name",
+        "Server name to use for server certificate validation.",
+        {"metavar": "NAME"},
+    ),
+    (
+        "--insecure-skip-tls-verify",
+        "insecure_skip_tls_verify",
+        "Do not check the server's certificate (insecure).",
+        {"is_flag": True},
+    ),
+    ("--as", "impersonate", "Username to impersonate for the operation.", {"metavar": "USER"}),
+    (
+        "--as-group",
+        "impersonate_groups",
+        "Group to impersonate for the operation (repeat for more groups).",
+        {"metavar": "GROUP", "multiple": True},
+    ),
+    ("--as-uid", "impersonate_uid", "UID to impersonate for the operation.", {"metavar": "UID"}),
 ]
 
 OVERRIDE_FLAG_NAMES = {flag for flag, *_ in _OVERRIDE_FLAGS}
@@ -90,8 +121,15 @@ OVERRIDE_FLAG_NAMES = {flag for flag, *_ in _OVERRIDE_FLAGS}
 
 def override_options(f: F) -> F:
     for flag, key, help_text, kwargs in reversed(_OVERRIDE_FLAGS):
-        f = click.option(flag, key, help=help_text, expose_value=False, is_eager=True,
-                         callback=_store(key), **kwargs)(f)
+        f = click.option(
+            flag,
+            key,
+            help=help_text,
+            expose_value=False,
+            is_eager=True,
+            callback=_store(key),
+            **kwargs,
+        )(f)
     return f
 
 
@@ -102,12 +140,16 @@ def overrides(ctx: click.Context | None = None) -> Any:
     ctx = ctx or click.get_current_context()
     values = dict(ctx.meta.get(META, {}))
     if values.get("certificate_authority") and values.get("insecure_skip_tls_verify"):
-        raise click.UsageError("specifying a root certificates file with the insecure flag "
-                               "is not allowed")
-    if (values.get("impersonate_groups") or values.get("impersonate_uid")) \
-            and not values.get("impersonate"):
-        raise click.UsageError("requesting uid or groups without impersonating a user is not "
-                               "allowed (--as-group and --as-uid need --as)")
+        raise click.UsageError(
+            "specifying a root certificates file with the insecure flag is not allowed"
+        )
+    if (values.get("impersonate_groups") or values.get("impersonate_uid")) and not values.get(
+        "impersonate"
+    ):
+        raise click.UsageError(
+            "requesting uid or groups without impersonating a user is not "
+            "allowed (--as-group and --as-uid need --as)"
+        )
     if "impersonate_groups" in values:
         values["impersonate_groups"] = tuple(values["impersonate_groups"])
     return Overrides(**values)

@@ -12,6 +12,7 @@
   after naming the releases that were in flight — the ones that may be left suspended or
   fenced by flux-plunger — and the command that lifts them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -26,7 +27,7 @@ from typing import Any, Callable, Iterator
 import click
 
 INTERRUPTED_EXIT = 130
-REDRAW_EVERY = 0.1   # seconds between progress-line redraws
+REDRAW_EVERY = 0.1  # seconds between progress-line redraws
 
 
 def _by_namespace(keys: list[tuple[str, str]]) -> dict[str, list[str]]:
@@ -42,8 +43,15 @@ class Stream:
     ``line(outcome)`` renders one finished release (None: not shown).  ``started`` may be
     called from any thread; ``finished`` from the thread that prints."""
 
-    def __init__(self, *, verb: str, total: int, line: Callable[[Any], str | None], prog: str,
-                 tty: bool | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        verb: str,
+        total: int,
+        line: Callable[[Any], str | None],
+        prog: str,
+        tty: bool | None = None,
+    ) -> None:
         self.verb, self.total, self.line, self.prog = verb, total, line, prog
         self.tty = sys.stderr.isatty() if tty is None else tty
         self.stop = threading.Event()
@@ -88,8 +96,12 @@ class Stream:
         with self._lock:
             done, busy = self._done, len(self._in_flight)
         state = "stopping" if self.stop.is_set() else f"{busy} in progress"
-        click.echo(f"\r{self.verb}: {done}/{self.total} done, {state}\x1b[K", err=True, nl=False,
-                   color=True)
+        click.echo(
+            f"\r{self.verb}: {done}/{self.total} done, {state}\x1b[K",
+            err=True,
+            nl=False,
+            color=True,
+        )
         self._drawn, self._drawn_at = True, now
 
     def _clear(self) -> None:
@@ -122,15 +134,21 @@ class Stream:
         if self.interrupts == 1:
             self._at_interrupt = in_flight
             self.stop.set()
-            click.echo(f"\ninterrupted: starting no more HelmReleases; the {len(in_flight)} in "
-                       "progress stop before deleting anything and lift flux-plunger's "
-                       "suspension (Ctrl-C again to exit at once)", err=True)
+            click.echo(
+                f"\ninterrupted: starting no more HelmReleases; the {len(in_flight)} in "
+                "progress stop before deleting anything and lift flux-plunger's "
+                "suspension (Ctrl-C again to exit at once)",
+                err=True,
+            )
             return
         click.echo("\ninterrupted again: exiting now", err=True)
         keys = sorted(in_flight.values())
         if keys:
-            click.echo("these HelmReleases were in progress and may be left suspended or "
-                       "fenced by flux-plunger:", err=True)
+            click.echo(
+                "these HelmReleases were in progress and may be left suspended or "
+                "fenced by flux-plunger:",
+                err=True,
+            )
             for ns, name in keys:
                 click.echo(f"  -n {ns} helmrelease.helm.toolkit.fluxcd.io/{name}", err=True)
             click.echo("lift what is left with:", err=True)
@@ -147,8 +165,11 @@ class Stream:
     def report_left(self, not_done: list[tuple[str, str]], held: list[tuple[str, str]]) -> None:
         """After an interrupted run: what was not done, and what is still held by us."""
         if not_done:
-            click.echo(f"interrupted: {len(not_done)} HelmRelease(s) not done; run the same "
-                       "command again to continue", err=True)
+            click.echo(
+                f"interrupted: {len(not_done)} HelmRelease(s) not done; run the same "
+                "command again to continue",
+                err=True,
+            )
         if held:
             click.echo("still suspended or fenced by flux-plunger (a fresh read):", err=True)
             for ns, name in held:

@@ -6,6 +6,7 @@ keys, ``null`` for what is unknown or absent, the apiserver's RFC 3339 timestamp
 ``status`` the HelmRelease's ``metadata`` as ``kubectl get -o json`` prints it (without
 ``managedFields``, as kubectl hides them by default).
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,14 @@ KIND_REF = "helmrelease.helm.toolkit.fluxcd.io"
 
 # -- tables ---------------------------------------------------------------------------
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *,
-          no_headers: bool = False, widths: list[int] | None = None) -> str:
+
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    *,
+    no_headers: bool = False,
+    widths: list[int] | None = None,
+) -> str:
     """Columns padded like kubectl's printer: three spaces between columns."""
     cells = [[_cell(c) for c in r] for r in rows]
     w = list(widths) if widths else [len(h) for h in headers]
@@ -44,18 +51,36 @@ def _cell(value: object) -> str:
 
 # STORAGE-REV: the newest Helm storage revision (sh.helm.release.v1.<release>.v<N>);
 # flux's REVISION column is the chart version, a different thing.
-STATUS_HEADERS = ["NAME", "STATE", "SUSPEND-OWNER", "STORAGE-REV", "HELM-STATUS", "PROCESSED",
-                  "FENCED", "AGE"]
+STATUS_HEADERS = [
+    "NAME",
+    "STATE",
+    "SUSPEND-OWNER",
+    "STORAGE-REV",
+    "HELM-STATUS",
+    "PROCESSED",
+    "FENCED",
+    "AGE",
+]
 STATUS_WIDE = ["RELEASE", "STORAGE-NAMESPACE", "CLUSTER", "NOTE"]
 
 
 def status_headers(*, all_namespaces: bool, wide: bool) -> list[str]:
-    return (["NAMESPACE"] if all_namespaces else []) + STATUS_HEADERS + (STATUS_WIDE if wide else [])
+    return (
+        (["NAMESPACE"] if all_namespaces else []) + STATUS_HEADERS + (STATUS_WIDE if wide else [])
+    )
 
 
 def status_cells(r: Any, *, all_namespaces: bool, wide: bool) -> list[object]:
-    cells: list[object] = [r.name, r.state, r.suspend_owner, r.revision, r.helm_status,
-                           r.processed, r.fenced, r.age]
+    cells: list[object] = [
+        r.name,
+        r.state,
+        r.suspend_owner,
+        r.revision,
+        r.helm_status,
+        r.processed,
+        r.fenced,
+        r.age,
+    ]
     if all_namespaces:
         cells.insert(0, r.namespace)
     if wide:
@@ -63,14 +88,18 @@ def status_cells(r: Any, *, all_namespaces: bool, wide: bool) -> list[object]:
     return cells
 
 
-def status_table(rows: Sequence[Any], *, all_namespaces: bool, wide: bool,
-                 no_headers: bool = False) -> str:
-    return table(status_headers(all_namespaces=all_namespaces, wide=wide),
-                 [status_cells(r, all_namespaces=all_namespaces, wide=wide) for r in rows],
-                 no_headers=no_headers)
+def status_table(
+    rows: Sequence[Any], *, all_namespaces: bool, wide: bool, no_headers: bool = False
+) -> str:
+    return table(
+        status_headers(all_namespaces=all_namespaces, wide=wide),
+        [status_cells(r, all_namespaces=all_namespaces, wide=wide) for r in rows],
+        no_headers=no_headers,
+    )
 
 
 # -- result lines ---------------------------------------------------------------------
+
 
 def ref(namespace: str, name: str, *, all_namespaces: bool) -> str:
     """A reference kubectl accepts: ``KIND/NAME``, with ``-n NS`` first under -A."""
@@ -93,12 +122,14 @@ _WOULD = {
 
 
 def _planned(o: Any) -> bool:
-    from ..executor import Result   # outcomes exist only once the executor is loaded
+    from ..executor import Result  # outcomes exist only once the executor is loaded
+
     return bool(o.result == Result.PLANNED and o.steps)
 
 
 def result_word(o: Any) -> str:
     from ..executor import Result
+
     if o.result == Result.PLANNED:
         return _WOULD.get(o.row, "would act") if o.steps else Result.UNCHANGED.value
     return str(o.result)
@@ -119,8 +150,10 @@ def fence_line(r: Any, *, all_namespaces: bool, dry_run: str = "none") -> str:
     if not r.released:
         return f"{where} NOT released: {r.detail}{DRY_SUFFIX[dry_run]}"
     if r.without_uninstall:
-        text = (f"{where} uninstall fence released without an uninstall: helm-controller "
-                "had not handled it")
+        text = (
+            f"{where} uninstall fence released without an uninstall: helm-controller "
+            "had not handled it"
+        )
     else:
         text = f"{where} uninstall fence released" + (f" ({r.detail})" if r.detail else "")
     return text + DRY_SUFFIX[dry_run]
@@ -132,6 +165,7 @@ def names(refs: Iterable[tuple[str, str]]) -> str:
 
 
 # -- versioned documents --------------------------------------------------------------
+
 
 def kubectl_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
     """The HelmRelease's metadata as ``kubectl get -o json`` prints it by default."""
@@ -150,15 +184,17 @@ def status_item(r: Any) -> dict[str, Any]:
     return {
         "apiVersion": API_VERSION,
         "kind": "HelmReleaseStatus",
-        "metadata": kubectl_metadata(r.metadata) if r.metadata else
-        {"name": r.name, "namespace": r.namespace},
+        "metadata": kubectl_metadata(r.metadata)
+        if r.metadata
+        else {"name": r.name, "namespace": r.namespace},
         "state": r.state,
         "stuck": bool(getattr(r, "stuck", False)),
         "suspended": bool(r.suspend),
         # like the SUSPEND-OWNER column: nobody owns a suspension that is not there (an
         # owner of `suspend: false` is no suspension)
         "suspendOwners": [{"manager": m, "operation": op} for m, op in r.suspend_owners]
-        if r.suspend else [],
+        if r.suspend
+        else [],
         "fenced": bool(r.fenced),
         "processedRevision": processed,
         "storage": {

@@ -1,4 +1,5 @@
 """``serve``: flags, start-up checks and hand-off to :mod:`kubectl_flux_plunger.serve.run`."""
+
 from __future__ import annotations
 
 import os
@@ -8,7 +9,7 @@ import click
 from . import DURATION, Exit, cli, connection_options, fail
 from .options import overrides
 
-DRAIN_MARGIN = 5.0   # seconds kept between the end of the drain and the kubelet's SIGKILL
+DRAIN_MARGIN = 5.0  # seconds kept between the end of the drain and the kubelet's SIGKILL
 
 
 def _lease_namespace(kubeconfig: str | None, kube_context: str | None) -> str | None:
@@ -21,95 +22,212 @@ def _lease_namespace(kubeconfig: str | None, kube_context: str | None) -> str | 
         return None
 
 
-def check_timings(*, drain: float, stop: float, lease: float, renew: float, retry: float,
-                  grace: float | None, resync: float, recheck: float, warn_after: float,
-                  handshake: float, leader_elect: bool) -> str | None:
+def check_timings(
+    *,
+    drain: float,
+    stop: float,
+    lease: float,
+    renew: float,
+    retry: float,
+    grace: float | None,
+    resync: float,
+    recheck: float,
+    warn_after: float,
+    handshake: float,
+    leader_elect: bool,
+) -> str | None:
     """The first reason these timings cannot work, or None."""
-    positive = [("--shutdown-drain-timeout", drain), ("--shutdown-stop-timeout", stop),
-                ("--lease-duration", lease), ("--renew-deadline", renew),
-                ("--retry-period", retry), ("--resync-period", resync),
-                ("--fence-recheck-interval", recheck), ("--fence-held-warn-after", warn_after),
-                ("--handshake-timeout", handshake)]
+    positive = [
+        ("--shutdown-drain-timeout", drain),
+        ("--shutdown-stop-timeout", stop),
+        ("--lease-duration", lease),
+        ("--renew-deadline", renew),
+        ("--retry-period", retry),
+        ("--resync-period", resync),
+        ("--fence-recheck-interval", recheck),
+        ("--fence-held-warn-after", warn_after),
+        ("--handshake-timeout", handshake),
+    ]
     if grace is not None:
         positive.append(("--termination-grace-period", grace))
     for flag, value in positive:
         if value is None or value <= 0:
-            return f"{flag} must be positive (got {value:g}s)" if value is not None else \
-                f"{flag} must be positive"
+            return (
+                f"{flag} must be positive (got {value:g}s)"
+                if value is not None
+                else f"{flag} must be positive"
+            )
     if leader_elect:
         if renew >= lease:
-            return (f"--renew-deadline ({renew:g}s) must be shorter than --lease-duration "
-                    f"({lease:g}s): a leader must give up acting before its Lease can expire")
+            return (
+                f"--renew-deadline ({renew:g}s) must be shorter than --lease-duration "
+                f"({lease:g}s): a leader must give up acting before its Lease can expire"
+            )
         if retry * 1.2 > renew:
-            return (f"--retry-period ({retry:g}s) times 1.2 (jitter) must not exceed "
-                    f"--renew-deadline ({renew:g}s): there would be no second renewal attempt")
+            return (
+                f"--retry-period ({retry:g}s) times 1.2 (jitter) must not exceed "
+                f"--renew-deadline ({renew:g}s): there would be no second renewal attempt"
+            )
     if grace is not None and stop + drain + DRAIN_MARGIN > grace:
-        return (f"--shutdown-stop-timeout ({stop:g}s) + --shutdown-drain-timeout ({drain:g}s) "
-                f"+ {DRAIN_MARGIN:g}s margin exceeds --termination-grace-period ({grace:g}s): "
-                f"the kubelet would kill the drain; lower the drain timeout to at most "
-                f"{max(0.0, grace - stop - DRAIN_MARGIN):g}s or raise the grace period")
+        return (
+            f"--shutdown-stop-timeout ({stop:g}s) + --shutdown-drain-timeout ({drain:g}s) "
+            f"+ {DRAIN_MARGIN:g}s margin exceeds --termination-grace-period ({grace:g}s): "
+            f"the kubelet would kill the drain; lower the drain timeout to at most "
+            f"{max(0.0, grace - stop - DRAIN_MARGIN):g}s or raise the grace period"
+        )
     return None
 
 
 @cli.command(context_settings={"show_default": True})
 @connection_options
-@click.option("-n", "--namespace", metavar="NS",
-              help="Watch HelmReleases in this namespace only.  [default: all namespaces]")
-@click.option("-l", "--selector", metavar="SELECTOR",
-              help="Label selector of the HelmReleases to watch (e.g. for sharding: "
-                   "sharding.fluxcd.io/key=shard1).")
-@click.option("--workers", type=click.IntRange(1, 64), default=2,
-              help="Releases processed at once (each release serially).")
-@click.option("--leader-elect/--no-leader-elect", default=True,
-              help="Hold the Lease flux-plunger.cozystack.io; only the leader acts.")
-@click.option("--leader-election-namespace", metavar="NS",
-              help="Namespace of the Lease.  [default: the in-cluster namespace, else the "
-                   "kubeconfig context's]")
-@click.option("--lease-duration", type=DURATION, default="15s",
-              help="How long followers wait after the last renewal before taking over.")
-@click.option("--renew-deadline", type=DURATION, default="10s",
-              help="How long the leader keeps acting without a successful renewal.")
-@click.option("--retry-period", type=DURATION, default="2s",
-              help="Interval between acquire/renew attempts.")
-@click.option("--shutdown-drain-timeout", type=DURATION, default="60s",
-              help="Bound of the drain on shutdown (releasing suspensions and fences).")
-@click.option("--shutdown-stop-timeout", type=DURATION, default="10s",
-              help="Bound of stopping new work on shutdown (in-flight passes finishing).")
-@click.option("--termination-grace-period", type=DURATION, default=None,
-              help="The pod's terminationGracePeriodSeconds; start-up is refused unless "
-                   "stop timeout + drain timeout + 5s fit in it.")
-@click.option("--resync-period", type=DURATION, default="10m",
-              help="Interval of a fresh LIST that re-enqueues every candidate release.")
-@click.option("--fence-recheck-interval", type=DURATION, default="60s",
-              help="Re-check interval of a delete held by the uninstall fence.")
-@click.option("--fence-held-warn-after", type=DURATION, default="10m",
-              help="Emit the UninstallFenceHeld Warning once a delete is held this long.")
-@click.option("--handshake-timeout", type=DURATION, default="30s",
-              help="How long to wait for helm-controller to observe the suspension before "
-                   "deleting a revision.")
-@click.option("--backup-secret-namespace", metavar="NS",
-              help="Keep a copy of every deleted Secret as a Secret in NS (the controller's "
-                   "own namespace), for `restore`.  [default: off]")
-@click.option("--backup-retention", type=DURATION, default="168h",
-              help="Prune backup Secrets older than this when a new one is written.")
-@click.option("--metrics-bind-address", default=":8080", metavar="ADDR",
-              help="Address of /metrics (0 disables).")
-@click.option("--health-probe-bind-address", default=":8081", metavar="ADDR",
-              help="Address of /healthz and /readyz (0 disables).")
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text",
-              help="Log line format.")
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"],
-                                               case_sensitive=False), default="info",
-              help="Minimum level logged.")
-def serve(kubeconfig: str | None, kube_context: str | None, request_timeout: float | None,
-          namespace: str | None, selector: str | None, workers: int, leader_elect: bool,
-          leader_election_namespace: str | None, lease_duration: float, renew_deadline: float,
-          retry_period: float, shutdown_drain_timeout: float, shutdown_stop_timeout: float,
-          termination_grace_period: float | None, resync_period: float,
-          fence_recheck_interval: float, fence_held_warn_after: float,
-          handshake_timeout: float, backup_secret_namespace: str | None,
-          backup_retention: float, metrics_bind_address: str, health_probe_bind_address: str,
-          log_format: str, log_level: str) -> None:
+@click.option(
+    "-n",
+    "--namespace",
+    metavar="NS",
+    help="Watch HelmReleases in this namespace only.  [default: all namespaces]",
+)
+@click.option(
+    "-l",
+    "--selector",
+    metavar="SELECTOR",
+    help="Label selector of the HelmReleases to watch (e.g. for sharding: "
+    "sharding.fluxcd.io/key=shard1).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=2,
+    help="Releases processed at once (each release serially).",
+)
+@click.option(
+    "--leader-elect/--no-leader-elect",
+    default=True,
+    help="Hold the Lease flux-plunger.cozystack.io; only the leader acts.",
+)
+@click.option(
+    "--leader-election-namespace",
+    metavar="NS",
+    help="Namespace of the Lease.  [default: the in-cluster namespace, else the "
+    "kubeconfig context's]",
+)
+@click.option(
+    "--lease-duration",
+    type=DURATION,
+    default="15s",
+    help="How long followers wait after the last renewal before taking over.",
+)
+@click.option(
+    "--renew-deadline",
+    type=DURATION,
+    default="10s",
+    help="How long the leader keeps acting without a successful renewal.",
+)
+@click.option(
+    "--retry-period", type=DURATION, default="2s", help="Interval between acquire/renew attempts."
+)
+@click.option(
+    "--shutdown-drain-timeout",
+    type=DURATION,
+    default="60s",
+    help="Bound of the drain on shutdown (releasing suspensions and fences).",
+)
+@click.option(
+    "--shutdown-stop-timeout",
+    type=DURATION,
+    default="10s",
+    help="Bound of stopping new work on shutdown (in-flight passes finishing).",
+)
+@click.option(
+    "--termination-grace-period",
+    type=DURATION,
+    default=None,
+    help="The pod's terminationGracePeriodSeconds; start-up is refused unless "
+    "stop timeout + drain timeout + 5s fit in it.",
+)
+@click.option(
+    "--resync-period",
+    type=DURATION,
+    default="10m",
+    help="Interval of a fresh LIST that re-enqueues every candidate release.",
+)
+@click.option(
+    "--fence-recheck-interval",
+    type=DURATION,
+    default="60s",
+    help="Re-check interval of a delete held by the uninstall fence.",
+)
+@click.option(
+    "--fence-held-warn-after",
+    type=DURATION,
+    default="10m",
+    help="Emit the UninstallFenceHeld Warning once a delete is held this long.",
+)
+@click.option(
+    "--handshake-timeout",
+    type=DURATION,
+    default="30s",
+    help="How long to wait for helm-controller to observe the suspension before "
+    "deleting a revision.",
+)
+@click.option(
+    "--backup-secret-namespace",
+    metavar="NS",
+    help="Keep a copy of every deleted Secret as a Secret in NS (the controller's "
+    "own namespace), for `restore`.  [default: off]",
+)
+@click.option(
+    "--backup-retention",
+    type=DURATION,
+    default="168h",
+    help="Prune backup Secrets older than this when a new one is written.",
+)
+@click.option(
+    "--metrics-bind-address",
+    default=":8080",
+    metavar="ADDR",
+    help="Address of /metrics (0 disables).",
+)
+@click.option(
+    "--health-probe-bind-address",
+    default=":8081",
+    metavar="ADDR",
+    help="Address of /healthz and /readyz (0 disables).",
+)
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", help="Log line format."
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="info",
+    help="Minimum level logged.",
+)
+def serve(
+    kubeconfig: str | None,
+    kube_context: str | None,
+    request_timeout: float | None,
+    namespace: str | None,
+    selector: str | None,
+    workers: int,
+    leader_elect: bool,
+    leader_election_namespace: str | None,
+    lease_duration: float,
+    renew_deadline: float,
+    retry_period: float,
+    shutdown_drain_timeout: float,
+    shutdown_stop_timeout: float,
+    termination_grace_period: float | None,
+    resync_period: float,
+    fence_recheck_interval: float,
+    fence_held_warn_after: float,
+    handshake_timeout: float,
+    backup_secret_namespace: str | None,
+    backup_retention: float,
+    metrics_bind_address: str,
+    health_probe_bind_address: str,
+    log_format: str,
+    log_level: str,
+) -> None:
     """Run the controller: watch HelmReleases and recover stuck ones continuously.
 
     The same decision table as `recover`, driven by a list+watch, with leader election on
@@ -124,11 +242,19 @@ def serve(kubeconfig: str | None, kube_context: str | None, request_timeout: flo
         fail("--selector must not be empty", Exit.USAGE)
     if request_timeout is not None and request_timeout < 0:
         fail("--request-timeout must not be negative", Exit.USAGE)
-    problem = check_timings(drain=shutdown_drain_timeout, stop=shutdown_stop_timeout,
-                            lease=lease_duration, renew=renew_deadline, retry=retry_period,
-                            grace=termination_grace_period, resync=resync_period,
-                            recheck=fence_recheck_interval, warn_after=fence_held_warn_after,
-                            handshake=handshake_timeout, leader_elect=leader_elect)
+    problem = check_timings(
+        drain=shutdown_drain_timeout,
+        stop=shutdown_stop_timeout,
+        lease=lease_duration,
+        renew=renew_deadline,
+        retry=retry_period,
+        grace=termination_grace_period,
+        resync=resync_period,
+        recheck=fence_recheck_interval,
+        warn_after=fence_held_warn_after,
+        handshake=handshake_timeout,
+        leader_elect=leader_elect,
+    )
     if problem:
         fail(problem, Exit.USAGE)
     if backup_secret_namespace is not None and not backup_secret_namespace.strip():
@@ -148,15 +274,20 @@ def serve(kubeconfig: str | None, kube_context: str | None, request_timeout: flo
             fail("--leader-election-namespace must not be empty", Exit.USAGE)
         lease_ns = leader_election_namespace or _lease_namespace(kubeconfig, kube_context)
         if not lease_ns:
-            fail("cannot tell the namespace of the leader-election Lease: not running in a "
-                 "cluster and the kubeconfig context sets no namespace; pass "
-                 "--leader-election-namespace NS (or --no-leader-elect)", Exit.USAGE)
+            fail(
+                "cannot tell the namespace of the leader-election Lease: not running in a "
+                "cluster and the kubeconfig context sets no namespace; pass "
+                "--leader-election-namespace NS (or --no-leader-elect)",
+                Exit.USAGE,
+            )
     if metrics_addr is not None:
         try:
             import prometheus_client  # noqa: F401 - the optional "serve" extra
         except ImportError:
-            fail("--metrics-bind-address needs prometheus-client: install "
-                 "kubectl-flux-plunger[serve], or pass --metrics-bind-address 0")
+            fail(
+                "--metrics-bind-address needs prometheus-client: install "
+                "kubectl-flux-plunger[serve], or pass --metrics-bind-address 0"
+            )
 
     from ..kube import ConfigError, Kube, KubeError
     from ..serve import logs
@@ -169,20 +300,36 @@ def serve(kubeconfig: str | None, kube_context: str | None, request_timeout: flo
         conn = overrides()
         kube = Kube.from_kubeconfig(kubeconfig, kube_context, conn, request_timeout=timeout)
         # the Lease gets its own client: a renewal must never wait behind a slow request
-        lease_kube = (Kube.from_kubeconfig(kubeconfig, kube_context, conn,
-                                           request_timeout=max(1.0, min(retry_period, timeout)))
-                      if leader_elect else None)
+        lease_kube = (
+            Kube.from_kubeconfig(
+                kubeconfig, kube_context, conn, request_timeout=max(1.0, min(retry_period, timeout))
+            )
+            if leader_elect
+            else None
+        )
     except ConfigError as exc:
         fail(str(exc))
     cfg = ServeConfig(
-        namespace=namespace, selector=selector, workers=workers, leader_elect=leader_elect,
-        lease_namespace=lease_ns, lease_duration=lease_duration, renew_deadline=renew_deadline,
-        retry_period=retry_period, drain_timeout=shutdown_drain_timeout,
-        stop_timeout=shutdown_stop_timeout, resync_period=resync_period,
-        fence_recheck=fence_recheck_interval, fence_warn_after=fence_held_warn_after,
-        handshake_timeout=handshake_timeout, metrics_addr=metrics_addr, probe_addr=probe_addr)
+        namespace=namespace,
+        selector=selector,
+        workers=workers,
+        leader_elect=leader_elect,
+        lease_namespace=lease_ns,
+        lease_duration=lease_duration,
+        renew_deadline=renew_deadline,
+        retry_period=retry_period,
+        drain_timeout=shutdown_drain_timeout,
+        stop_timeout=shutdown_stop_timeout,
+        resync_period=resync_period,
+        fence_recheck=fence_recheck_interval,
+        fence_warn_after=fence_held_warn_after,
+        handshake_timeout=handshake_timeout,
+        metrics_addr=metrics_addr,
+        probe_addr=probe_addr,
+    )
     if backup_secret_namespace:
         from ..backup import SecretBackup
+
         cfg.backup = SecretBackup(kube, backup_secret_namespace, retention=backup_retention)
     try:
         code = run(kube, cfg, lease_kube=lease_kube)

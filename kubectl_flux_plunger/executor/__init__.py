@@ -12,6 +12,7 @@ pushing its stale view through.  One job per module:
 * ``dryrun``     — the plan of a decision without writes;
 * here           — the entry points and the one determine → act → re-determine loop.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -22,27 +23,51 @@ from ..events import Recorder
 from ..kube import Kube, KubeError
 from ..remote import Remotes
 from .dryrun import DryRun
-from .outcome import (CLEANUP_RESULTS, MAX_PASSES, Options, Outcome, Result, Stopped,
-                      fence_hint, leftover_hint, utcnow)
+from .outcome import (
+    CLEANUP_RESULTS,
+    MAX_PASSES,
+    Options,
+    Outcome,
+    Result,
+    Stopped,
+    fence_hint,
+    leftover_hint,
+    utcnow,
+)
 
-__all__ = ["Executor", "Options", "Outcome", "Result", "Stopped", "fence_hint",
-           "leftover_hint", "utcnow"]
+__all__ = [
+    "Executor",
+    "Options",
+    "Outcome",
+    "Result",
+    "Stopped",
+    "fence_hint",
+    "leftover_hint",
+    "utcnow",
+]
 
 
 class Executor(DryRun):
-    def __init__(self, kube: Kube, recorder: Recorder | None = None, *,
-                 options: Options | None = None, clock: Callable[[], dt.datetime] = utcnow,
-                 should_stop: Callable[[], bool] = lambda: False,
-                 remotes: Remotes | None = None):
+    def __init__(
+        self,
+        kube: Kube,
+        recorder: Recorder | None = None,
+        *,
+        options: Options | None = None,
+        clock: Callable[[], dt.datetime] = utcnow,
+        should_stop: Callable[[], bool] = lambda: False,
+        remotes: Remotes | None = None,
+    ):
         self.kube = kube
-        self.remotes = remotes or Remotes(kube)   # where spec.kubeConfig releases keep storage
+        self.remotes = remotes or Remotes(kube)  # where spec.kubeConfig releases keep storage
         self.recorder = recorder or Recorder(kube, enabled=False)
         self.opt = options or Options()
         self.clock = clock
         self.should_stop = should_stop
 
-    def reconcile(self, namespace: str, name: str, *,
-                  only_rows: frozenset[plan.Row] | None = None) -> Outcome:
+    def reconcile(
+        self, namespace: str, name: str, *, only_rows: frozenset[plan.Row] | None = None
+    ) -> Outcome:
         """One pass over one release: fresh read, decide (SPEC §6), act — only on the rows
         in ``only_rows`` when given (otherwise: unchanged, nothing written)."""
         hr = self.kube.get_hr(namespace, name)
@@ -53,10 +78,15 @@ class Executor(DryRun):
         return self.apply_decision(namespace, name, hr)
 
     def apply_decision(self, namespace: str, name: str, hr: dict | None) -> Outcome:
-        d = plan.decide(hr, self.clock(), fence_warn_after=self.opt.fence_warn_after,
-                        fence_recheck=self.opt.fence_recheck)
-        out = Outcome(namespace, name, Result.UNCHANGED, d.reason, row=d.row,
-                      requeue_after=d.requeue_after)
+        d = plan.decide(
+            hr,
+            self.clock(),
+            fence_warn_after=self.opt.fence_warn_after,
+            fence_recheck=self.opt.fence_recheck,
+        )
+        out = Outcome(
+            namespace, name, Result.UNCHANGED, d.reason, row=d.row, requeue_after=d.requeue_after
+        )
         if hr is None:
             out.result = Result.GONE
             return out
@@ -73,13 +103,17 @@ class Executor(DryRun):
             out.result = Result.WAITING
         elif act is plan.Action.RECOVER:
             if not self.opt.allow_recover:
-                out.result, out.detail = Result.SKIPPED, "stuck; recovery not requested by this command"
+                out.result, out.detail = (
+                    Result.SKIPPED,
+                    "stuck; recovery not requested by this command",
+                )
             else:
                 self.recover(hr, out)
         return out
 
-    def settle(self, hr: dict, *, only_rows: frozenset[str] | None = None,
-               fresh: bool = False) -> Outcome:
+    def settle(
+        self, hr: dict, *, only_rows: frozenset[str] | None = None, fresh: bool = False
+    ) -> Outcome:
         """Determine → act → re-determine until nothing changes (bounded, like
         helm-controller's AtomicRelease): one-shot verbs finish what an interrupted run
         left (our suspension or fence on a live release) and then decide again on a fresh
@@ -97,24 +131,34 @@ class Executor(DryRun):
             for _ in range(MAX_PASSES):
                 d = plan.decide(current, self.clock())
                 if (d.action is plan.Action.NOTHING and d.event is None) or (
-                        only_rows is not None and d.row not in only_rows):
+                    only_rows is not None and d.row not in only_rows
+                ):
                     if prev is not None:
                         return prev
-                    return Outcome(ns, name, Result.GONE if current is None
-                                   else Result.UNCHANGED, d.reason, row=d.row)
+                    return Outcome(
+                        ns,
+                        name,
+                        Result.GONE if current is None else Result.UNCHANGED,
+                        d.reason,
+                        row=d.row,
+                    )
                 if prev is None and not fresh:
                     # the LIST only chose candidates: every decision that acts is re-made
                     # on a fresh read (the listed copy may be minutes old by now)
                     current, fresh = self.kube.get_hr(ns, name), True
                     if only_rows is not None:
-                        continue                 # its row must still be one of only_rows
+                        continue  # its row must still be one of only_rows
                 out = self.apply_decision(ns, name, current)
                 if prev is not None:
                     if out.result == Result.UNCHANGED:
-                        return prev              # the clean-up was all there was to do
+                        return prev  # the clean-up was all there was to do
                     out.steps[:0] = prev.steps
-                again = (only_rows is None and out.result in CLEANUP_RESULTS
-                         and not self.opt.dry_run_client and not self.kube.dry_run)
+                again = (
+                    only_rows is None
+                    and out.result in CLEANUP_RESULTS
+                    and not self.opt.dry_run_client
+                    and not self.kube.dry_run
+                )
                 if not again:
                     return out
                 prev = out

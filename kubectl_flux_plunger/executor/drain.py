@@ -4,6 +4,7 @@ to each on a fresh read with an executor that never starts a recovery (live ones
 suspension with the fence, terminating ones are carried through helm-controller's
 uninstall, the fence removed once ``detect.uninstall_reached``), until none is held, the
 caller stops us, or the deadline passes."""
+
 from __future__ import annotations
 
 import time
@@ -22,10 +23,10 @@ DONE = frozenset({Result.FENCE_REMOVED, Result.GONE})
 
 @dataclass(frozen=True)
 class DrainReport:
-    held: int        # releases still held at the last successful look (-1: never looked)
+    held: int  # releases still held at the last successful look (-1: never looked)
     passes: int
-    done: bool       # nothing held any more
-    stopped: bool = False   # ``still_going`` said stop
+    done: bool  # nothing held any more
+    stopped: bool = False  # ``still_going`` said stop
 
 
 def _ignore(*_: object) -> None:
@@ -33,20 +34,30 @@ def _ignore(*_: object) -> None:
 
 
 class Drain:
-    def __init__(self, executor: "Executor", *, poll: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        executor: "Executor",
+        *,
+        poll: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.executor = executor
         self.poll = poll
         self.clock = clock
         self.sleep = sleep
 
-    def run(self, held: Callable[[], list[str]], timeout: float, *,
-            still_going: Callable[[], bool] = lambda: True,
-            only_rows: frozenset[plan.Row] | None = None,
-            on_outcome: Callable[[str, Outcome], None] = _ignore,
-            on_error: Callable[[str, KubeError], None] = _ignore,
-            on_list_error: Callable[[KubeError], None] = _ignore) -> DrainReport:
+    def run(
+        self,
+        held: Callable[[], list[str]],
+        timeout: float,
+        *,
+        still_going: Callable[[], bool] = lambda: True,
+        only_rows: frozenset[plan.Row] | None = None,
+        on_outcome: Callable[[str, Outcome], None] = _ignore,
+        on_error: Callable[[str, KubeError], None] = _ignore,
+        on_list_error: Callable[[KubeError], None] = _ignore,
+    ) -> DrainReport:
         """``held()`` names the releases (``namespace/name``) still to drain, fresh each
         pass; a pass in which every one came out fence-removed or gone is followed by
         another look, which ends the drain when nothing is held."""
@@ -86,7 +97,7 @@ class Drain:
             if self.clock() >= deadline:
                 return DrainReport(count, passes, False)
             if not settled and self._wait(deadline):
-                try:                       # one last look so the count reported is current
+                try:  # one last look so the count reported is current
                     count = len(held())
                 except KubeError:
                     pass

@@ -1,4 +1,5 @@
 """``--dry-run=client``: the plan of a decision, without a write."""
+
 from __future__ import annotations
 
 from .. import constants as C
@@ -11,9 +12,14 @@ class DryRun(Saga):
     def _plan_only(self, hr: dict, d: plan.Decision, out: Outcome) -> Outcome:
         out.result = Result.PLANNED
         if d.action is plan.Action.RELINQUISH:
-            out.steps.append("apply (flux-plunger) without spec.suspend"
-                             + (" keeping the fence" if writes.relinquish_body(hr)["metadata"]
-                                .get("finalizers") else " and without the fence"))
+            out.steps.append(
+                "apply (flux-plunger) without spec.suspend"
+                + (
+                    " keeping the fence"
+                    if writes.relinquish_body(hr)["metadata"].get("finalizers")
+                    else " and without the fence"
+                )
+            )
         elif d.action is plan.Action.REMOVE_FENCE:
             out.steps.append(f"remove finalizer {C.FENCE}")
         elif d.action is plan.Action.WAIT_FENCE:

@@ -7,6 +7,7 @@ status writes has settled, so the unforced apply seldom meets a 409), a 409 is r
 the state the stream already carries (no GET), and the handshake — helm-controller has
 observed our suspended generation — is awaited on the same stream.
 """
+
 from __future__ import annotations
 
 import logging
@@ -44,18 +45,26 @@ class ReleaseWatch:
         self._resp: Any = None
         self._open = threading.Event()
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(kube, md["resourceVersion"],
-                                                                max(1, int(timeout + 0.999))),
-                                        name=f"watch-{self.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run,
+            args=(kube, md["resourceVersion"], max(1, int(timeout + 0.999))),
+            name=f"watch-{self.name}",
+            daemon=True,
+        )
         self._thread.start()
 
     # -- the reader thread --------------------------------------------------------
 
     def _run(self, kube: Kube, rv: str, timeout: int) -> None:
         try:
-            for ev in kube.watch_hrs(self.namespace, None, rv, timeout_seconds=timeout,
-                                     field_selector=f"metadata.name={self.name}",
-                                     opened=self._opened):
+            for ev in kube.watch_hrs(
+                self.namespace,
+                None,
+                rv,
+                timeout_seconds=timeout,
+                field_selector=f"metadata.name={self.name}",
+                opened=self._opened,
+            ):
                 if self._closed.is_set():
                     break
                 self._q.put(ev)
@@ -113,7 +122,7 @@ class ReleaseWatch:
         deadline = time.monotonic() + SETTLE_BOUND
         quiet = REPLAY_WAIT
         while self.next(min(quiet, max(0.0, deadline - time.monotonic()))):
-            quiet = SETTLE_QUIET          # something is writing: wait for a pause
+            quiet = SETTLE_QUIET  # something is writing: wait for a pause
             if time.monotonic() >= deadline:
                 break
         return self.latest
@@ -129,8 +138,13 @@ class ReleaseWatch:
                 return None
         while self.next(REPLAY_WAIT):
             pass
-        return None if self.ended and self.latest is not None and \
-            self.latest["metadata"].get("resourceVersion") == rv else self.latest
+        return (
+            None
+            if self.ended
+            and self.latest is not None
+            and self.latest["metadata"].get("resourceVersion") == rv
+            else self.latest
+        )
 
 
 class Handshake(Primitives):
@@ -141,15 +155,16 @@ class Handshake(Primitives):
         state seen (None when gone); the record that follows is locked to that state's rv,
         so nothing that happened after it can slip by."""
         if self.kube.dry_run:
-            return hr   # nothing was persisted: there is nothing to observe
+            return hr  # nothing was persisted: there is nothing to observe
         deadline = time.monotonic() + self.opt.handshake_timeout
         fresh: dict | None = hr
         if watch is not None:
             # on the stream opened before the acquire; should it end early, the loop
             # below watches again from the last state it carried
             fresh = self._await_on(watch, hr, deadline)
-        while (fresh is not None and not detect.is_terminating(fresh)
-               and detect.observed_lags(fresh)):
+        while (
+            fresh is not None and not detect.is_terminating(fresh) and detect.observed_lags(fresh)
+        ):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
@@ -170,8 +185,11 @@ class Handshake(Primitives):
                 return None
             if (detect.generation(latest) or 0) >= generation:
                 current = latest
-            if current is None or detect.is_terminating(current) or \
-                    not detect.observed_lags(current):
+            if (
+                current is None
+                or detect.is_terminating(current)
+                or not detect.observed_lags(current)
+            ):
                 return current
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -187,14 +205,18 @@ class Handshake(Primitives):
         md = hr["metadata"]
         current = hr
         try:
-            for ev in self.kube.watch_hrs(md["namespace"], None, md["resourceVersion"],
-                                          timeout_seconds=max(1, int(window + 0.999)),
-                                          field_selector=f"metadata.name={md['name']}"):
+            for ev in self.kube.watch_hrs(
+                md["namespace"],
+                None,
+                md["resourceVersion"],
+                timeout_seconds=max(1, int(window + 0.999)),
+                field_selector=f"metadata.name={md['name']}",
+            ):
                 kind, obj = ev.get("type"), ev.get("object") or {}
                 if kind == "DELETED":
                     return None
                 if kind == "ERROR":
-                    return self._fresh(current)      # e.g. 410: re-read and go on
+                    return self._fresh(current)  # e.g. 410: re-read and go on
                 if kind in ("ADDED", "MODIFIED"):
                     if obj["metadata"].get("uid") != md.get("uid"):
                         return None
@@ -202,8 +224,12 @@ class Handshake(Primitives):
                     if detect.is_terminating(obj) or not detect.observed_lags(obj):
                         return obj
         except KubeError as exc:
-            log.warning("watching %s/%s for helm-controller's handshake failed (%s); "
-                        "re-reading instead", md["namespace"], md["name"], exc)
+            log.warning(
+                "watching %s/%s for helm-controller's handshake failed (%s); re-reading instead",
+                md["namespace"],
+                md["name"],
+                exc,
+            )
             time.sleep(0.2)
             return self._fresh(current)
         return current

@@ -1,5 +1,6 @@
 """What a pass over one release produced (closed ``Result``), the executor's options, and
 the words that tell a user what is left after a failed clean-up."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -10,8 +11,10 @@ from .. import constants as C
 from .. import plan
 from ..backup import Backup
 
-TERMINATING_DETAIL = ("the release began terminating during recovery; storage left intact "
-                      "and the suspension lifted so helm-controller uninstalls it")
+TERMINATING_DETAIL = (
+    "the release began terminating during recovery; storage left intact "
+    "and the suspension lifted so helm-controller uninstalls it"
+)
 
 
 def utcnow() -> dt.datetime:
@@ -29,7 +32,7 @@ class Result(str, enum.Enum):
     RECOVERED = "recovered"
     DEFERRED = "deferred"
     SKIPPED = "skipped"
-    AWAITING_RETRY = "awaiting-retry"   # recovered earlier; helm-controller has not retried
+    AWAITING_RETRY = "awaiting-retry"  # recovered earlier; helm-controller has not retried
     RELINQUISHED = "relinquished"
     FENCE_REMOVED = "fence-removed"
     WAITING = "waiting"
@@ -60,12 +63,19 @@ class Outcome:
     failed: bool = False
     requeue_after: float | None = None
     steps: list[str] = field(default_factory=list)  # dry-run plan / what was done
-    backup: str = ""     # where the deleted Secret was saved (recover --backup-dir, serve)
+    backup: str = ""  # where the deleted Secret was saved (recover --backup-dir, serve)
 
     def as_dict(self) -> dict:
-        out = {"namespace": self.namespace, "name": self.name, "result": str(self.result),
-               "detail": self.detail, "row": str(self.row), "revision": self.revision,
-               "failed": self.failed, "steps": list(self.steps)}
+        out = {
+            "namespace": self.namespace,
+            "name": self.name,
+            "result": str(self.result),
+            "detail": self.detail,
+            "row": str(self.row),
+            "revision": self.revision,
+            "failed": self.failed,
+            "steps": list(self.steps),
+        }
         if self.backup:
             out["backup"] = self.backup
         return out
@@ -76,22 +86,26 @@ class Options:
     dry_run_client: bool = False
     fence_warn_after: float = C.FENCE_HELD_WARN_SECONDS
     fence_recheck: float = C.FENCE_RECHECK_SECONDS
-    handshake_timeout: float = 30.0   # wait for helm-controller to observe our suspension
-    handshake_window: float = 5.0       # one watch window while waiting (stop is checked between)
-    allow_recover: bool = True        # resume-owned / drain never start a recovery
+    handshake_timeout: float = 30.0  # wait for helm-controller to observe our suspension
+    handshake_window: float = 5.0  # one watch window while waiting (stop is checked between)
+    allow_recover: bool = True  # resume-owned / drain never start a recovery
     relinquish_timeout: float = 30.0  # keep lifting our suspension while it is ours
-    acquire_timeout: float = 10.0     # re-decide an acquire/record racing other writers
-    backup: Backup | None = None      # where a Secret is saved right before its DELETE
+    acquire_timeout: float = 10.0  # re-decide an acquire/record racing other writers
+    backup: Backup | None = None  # where a Secret is saved right before its DELETE
 
 
 def leftover_hint(hr: dict) -> str:
     """What is left after a failed clean-up, and the command that lifts it."""
     md = hr["metadata"]
-    return (f"it may be left suspended and fenced by flux-plunger: `kubectl flux-plunger "
-            f"resume-owned -n {md['namespace']} {md['name']}` lifts it")
+    return (
+        f"it may be left suspended and fenced by flux-plunger: `kubectl flux-plunger "
+        f"resume-owned -n {md['namespace']} {md['name']}` lifts it"
+    )
 
 
 def fence_hint(hr: dict) -> str:
     md = hr["metadata"]
-    return (f"flux-plunger's uninstall fence is left on it: `kubectl flux-plunger "
-            f"release-fence -n {md['namespace']} {md['name']}` removes it")
+    return (
+        f"flux-plunger's uninstall fence is left on it: `kubectl flux-plunger "
+        f"release-fence -n {md['namespace']} {md['name']}` removes it"
+    )

@@ -2,6 +2,7 @@
 it, with one conflict loop (``retry_on_conflict``) bounded by time — and the two requests
 that touch Helm storage (``list_storage``, ``delete_revision``), named so a release whose
 storage lives elsewhere can be routed in one place."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -35,10 +36,17 @@ class Primitives:
             return None  # a different object under the same name: ours is gone
         return fresh
 
-    def retry_on_conflict(self, hr: dict | None, attempt: Callable[[dict], R], *, what: str,
-                          timeout: float, transient: bool = False,
-                          reread: Callable[[dict], dict | None] | None = None,
-                          stop: Callable[[], bool] | None = None) -> R | None:
+    def retry_on_conflict(
+        self,
+        hr: dict | None,
+        attempt: Callable[[dict], R],
+        *,
+        what: str,
+        timeout: float,
+        transient: bool = False,
+        reread: Callable[[dict], dict | None] | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> R | None:
         """The one conflict loop of every write primitive.
 
         ``attempt(current)`` decides on ``current`` and writes (or returns without writing
@@ -53,7 +61,7 @@ class Primitives:
         ``attempt``'s value, or None when the release is gone."""
         deadline = time.monotonic() + timeout
         current: dict | None = hr
-        delay, fresh = 0.0, True   # fresh: ``current`` is the newest read (attempt it)
+        delay, fresh = 0.0, True  # fresh: ``current`` is the newest read (attempt it)
         while True:
             if current is None:
                 return None
@@ -71,8 +79,12 @@ class Primitives:
                 if not (exc.changed if not transient else exc.retryable):
                     raise
                 if time.monotonic() >= deadline:
-                    raise Conflict(409, "Conflict", f"{what}: the release kept changing (or the "
-                                   f"API kept failing) for {timeout:.0f}s ({exc})") from None
+                    raise Conflict(
+                        409,
+                        "Conflict",
+                        f"{what}: the release kept changing (or the "
+                        f"API kept failing) for {timeout:.0f}s ({exc})",
+                    ) from None
             if delay or not fresh:
                 time.sleep(min(max(delay, 0.05), max(0.0, deadline - time.monotonic())))
             delay = min(max(delay * 2, 0.05), 1.0)
@@ -85,32 +97,53 @@ class Primitives:
         still own the suspension, apply again with the fresh evidence, for up to
         ``Options.relinquish_timeout`` seconds; once we no longer own it there is nothing
         to lift.  Returns the object after the write, or None when there was nothing to do."""
+
         def attempt(current: dict) -> dict | None:
             if not ownership.owns_suspend(current):
                 return None
             return self.kube.apply_hr(writes.relinquish_body(current))
-        return self.retry_on_conflict(hr, attempt, what="lifting our suspension",
-                                      timeout=self.opt.relinquish_timeout, transient=True)
 
-    def remove_fence(self, hr: dict, *, timeout: float | None = None,
-                     stop: Callable[[], bool] | None = None) -> dict | None:
+        return self.retry_on_conflict(
+            hr,
+            attempt,
+            what="lifting our suspension",
+            timeout=self.opt.relinquish_timeout,
+            transient=True,
+        )
+
+    def remove_fence(
+        self, hr: dict, *, timeout: float | None = None, stop: Callable[[], bool] | None = None
+    ) -> dict | None:
         """The one fence-removal primitive (the executor and release-fence): drop every
         copy of our fence, never spec.suspend, with a guarded JSON patch testing rv, uid and
         each fence index.  Re-reads and re-decides on conflict (the one retry rule of
         ``retry_on_conflict``).  Returns the release after the patch, or None when there
         was no fence to remove (or the release is gone)."""
+
         def attempt(current: dict) -> dict | None:
             ops = writes.remove_fence_json_patch(current)
             if ops is None:
                 return None
             md = current["metadata"]
             return self.kube.json_patch_hr(md["namespace"], md["name"], ops)
-        return self.retry_on_conflict(hr, attempt, what="removing the fence",
-                                      timeout=self.opt.relinquish_timeout if timeout is None
-                                      else timeout, transient=True, stop=stop)
 
-    def acquire(self, hr: dict, revision: int, *, first: dict | None = None,
-                reread: Callable[[dict, bool], dict | None] | None = None) -> dict | None:
+        return self.retry_on_conflict(
+            hr,
+            attempt,
+            what="removing the fence",
+            timeout=self.opt.relinquish_timeout if timeout is None else timeout,
+            transient=True,
+            stop=stop,
+        )
+
+    def acquire(
+        self,
+        hr: dict,
+        revision: int,
+        *,
+        first: dict | None = None,
+        reread: Callable[[dict, bool], dict | None] | None = None,
+    ) -> dict | None:
         """Suspend + fence in one apply.  Unforced first.  A 409 re-reads and re-decides:
         nothing is acquired once the release is terminating, suspended, no longer needs
         recovery or ``revision`` was processed meanwhile.  A stale resourceVersion (e.g.
@@ -126,19 +159,28 @@ class Primitives:
         def attempt(current: dict) -> dict | None:
             nonlocal force
             if current is not hr and (
-                    detect.is_terminating(current) or detect.is_suspended(current)
-                    or plan.decide(current, self.clock()).action is not plan.Action.RECOVER
-                    or detect.already_processed(current, revision)[0]):
+                detect.is_terminating(current)
+                or detect.is_suspended(current)
+                or plan.decide(current, self.clock()).action is not plan.Action.RECOVER
+                or detect.already_processed(current, revision)[0]
+            ):
                 return None
             try:
                 return self.kube.apply_hr(writes.acquire_body(current), force=force)
             except Conflict as exc:
                 force = exc.field_manager_conflict
                 raise
+
         def again(current: dict) -> dict | None:
             return self._fresh(current) if reread is None else reread(current, not force)
-        return self.retry_on_conflict(first or hr, attempt, what="suspending the release",
-                                      timeout=self.opt.acquire_timeout, reread=again)
+
+        return self.retry_on_conflict(
+            first or hr,
+            attempt,
+            what="suspending the release",
+            timeout=self.opt.acquire_timeout,
+            reread=again,
+        )
 
     def _record(self, hr: dict, revision: int) -> tuple[dict | None, bool]:
         """Write the processed-version annotation (rv-locked).  On 409 re-read: while the
@@ -148,14 +190,19 @@ class Primitives:
 
         def attempt(current: dict) -> tuple[dict | None, bool]:
             if current is not hr and (
-                    detect.is_terminating(current) or not ownership.owns_suspend(current)
-                    or current["metadata"].get("generation") != generation):
+                detect.is_terminating(current)
+                or not ownership.owns_suspend(current)
+                or current["metadata"].get("generation") != generation
+            ):
                 return current, False
             md = current["metadata"]
-            return self.kube.merge_patch_hr(md["namespace"], md["name"],
-                                            writes.record_patch(current, revision)), True
-        return self.retry_on_conflict(hr, attempt, what="recording the revision",
-                                      timeout=self.opt.acquire_timeout) or (None, False)
+            return self.kube.merge_patch_hr(
+                md["namespace"], md["name"], writes.record_patch(current, revision)
+            ), True
+
+        return self.retry_on_conflict(
+            hr, attempt, what="recording the revision", timeout=self.opt.acquire_timeout
+        ) or (None, False)
 
     def list_storage(self, hr: dict) -> list[dict]:
         """The release's Helm storage Secrets (one LIST).  Every read of storage goes
@@ -183,8 +230,11 @@ class Primitives:
             secret = store.request("GET", "GET", core_path("secrets", rev.namespace, rev.name))
             md = secret.get("metadata") or {}
             if (md.get("uid"), md.get("resourceVersion")) != (rev.uid, rev.resource_version):
-                raise Conflict(409, "Conflict", f"Secret {rev.namespace}/{rev.name} changed "
-                               "since it was judged")
+                raise Conflict(
+                    409,
+                    "Conflict",
+                    f"Secret {rev.namespace}/{rev.name} changed since it was judged",
+                )
             saved = self.opt.backup.save(secret, hr, storage_cluster(store))
         store.delete_secret(rev.namespace, rev.name, rev.uid, rev.resource_version)
         return saved

@@ -1,6 +1,7 @@
 """The recovery sequence of SPEC §6 (the saga): list storage and choose, acquire, handshake,
 record, delete the judged revision, relinquish — exactly one relinquish on every exit after
 the acquire, and a line that says what is left when that fails."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,8 +13,7 @@ from ..backup import BackupError
 from ..kube import KubeError
 from ..remote import RemoteError, Unsupported
 from .handshake import SETTLE_BOUND, Handshake, ReleaseWatch
-from .outcome import (TERMINATING_DETAIL, Outcome, Result, Stopped, fence_hint,
-                      leftover_hint)
+from .outcome import TERMINATING_DETAIL, Outcome, Result, Stopped, fence_hint, leftover_hint
 
 
 @dataclass(frozen=True)
@@ -25,14 +25,19 @@ class Step:
     done: str
 
 
-ACQUIRE = Step(f"apply (flux-plunger) spec.suspend=true and finalizer {C.FENCE}",
-               "suspended and fenced")
+ACQUIRE = Step(
+    f"apply (flux-plunger) spec.suspend=true and finalizer {C.FENCE}", "suspended and fenced"
+)
 HANDSHAKE = Step("wait for helm-controller to observe the suspension", "")
 RECORD = Step(f"annotate {C.PROCESSED_ANNOTATION}={{revision}}", "recorded revision {revision}")
-DELETE = Step("delete Secret {namespace}/{name}{where} (uid {uid}, resourceVersion {rv}, Helm "
-              "status {status})", "deleted {namespace}/{name}{where}")
-RELINQUISH = Step("apply (flux-plunger) without spec.suspend and without the fence",
-                  "lifted the suspension")
+DELETE = Step(
+    "delete Secret {namespace}/{name}{where} (uid {uid}, resourceVersion {rv}, Helm "
+    "status {status})",
+    "deleted {namespace}/{name}{where}",
+)
+RELINQUISH = Step(
+    "apply (flux-plunger) without spec.suspend and without the fence", "lifted the suspension"
+)
 RECOVERY_STEPS = (ACQUIRE, HANDSHAKE, RECORD, DELETE, RELINQUISH)
 
 
@@ -41,9 +46,15 @@ def step_args(choice: storage.Choice, where: str = "") -> dict[str, object]:
     for storage in the remote cluster of spec.kubeConfig)."""
     rev = choice.revision
     assert rev is not None
-    return {"revision": rev.number, "namespace": rev.namespace, "name": rev.name,
-            "uid": rev.uid, "rv": rev.resource_version, "status": choice.helm_status,
-            "where": where}
+    return {
+        "revision": rev.number,
+        "namespace": rev.namespace,
+        "name": rev.name,
+        "uid": rev.uid,
+        "rv": rev.resource_version,
+        "status": choice.helm_status,
+        "where": where,
+    }
 
 
 # how long a 409 waits for the stream to carry the newer state before a GET
@@ -65,8 +76,9 @@ class Saga(Handshake):
             return None
         except KubeError as exc:
             out.result, out.failed = Result.FAILED, True
-            out.detail = (f"cannot list Helm storage in namespace "
-                          f"{storage.storage_namespace(hr)}: {exc}")
+            out.detail = (
+                f"cannot list Helm storage in namespace {storage.storage_namespace(hr)}: {exc}"
+            )
             return None
         verdict = plan.storage_verdict(hr, secrets)
         choice = verdict.choice
@@ -81,14 +93,17 @@ class Saga(Handshake):
         if choice is None:
             return
         rev = choice.revision
-        assert rev is not None and rev.number is not None   # choose_revision's ok contract
+        assert rev is not None and rev.number is not None  # choose_revision's ok contract
         if self.should_stop():
             out.result, out.detail = Result.DEFERRED, "shutting down; recovery not started"
             return
         # one WATCH from the deciding read: the acquire goes out on the newest state, a
         # 409 is re-decided on what the stream carries, and the handshake waits on it
-        watch = None if self.kube.dry_run else ReleaseWatch(
-            self.kube, hr, self.opt.handshake_timeout + SETTLE_BOUND + 5)
+        watch = (
+            None
+            if self.kube.dry_run
+            else ReleaseWatch(self.kube, hr, self.opt.handshake_timeout + SETTLE_BOUND + 5)
+        )
         try:
             self._recover_watched(hr, choice, out, watch)
         finally:
@@ -105,12 +120,14 @@ class Saga(Handshake):
             if newer is not None:
                 return newer
             if watch.latest is None:
-                return None                  # deleted meanwhile
+                return None  # deleted meanwhile
             return self._fresh(current) if changed else current
+
         return reread
 
-    def _recover_watched(self, hr: dict, choice: storage.Choice, out: Outcome,
-                         watch: ReleaseWatch | None) -> None:
+    def _recover_watched(
+        self, hr: dict, choice: storage.Choice, out: Outcome, watch: ReleaseWatch | None
+    ) -> None:
         rev = choice.revision
         assert rev is not None and rev.number is not None
         first = watch.settle() if watch is not None else hr
@@ -127,14 +144,18 @@ class Saga(Handshake):
             try:
                 self._final_relinquish(self._fresh(hr), out)
             except KubeError as again:
-                out.detail += (f"; the release could not be read again ({again}), so it may "
-                               f"be left suspended and fenced: {leftover_hint(hr)}")
+                out.detail += (
+                    f"; the release could not be read again ({again}), so it may "
+                    f"be left suspended and fenced: {leftover_hint(hr)}"
+                )
             return
         if held is None:
             self._event(hr, plan.RECOVERY_DEFERRED)
             out.result = Result.DEFERRED
-            out.detail = ("spec.suspend was taken by another manager or the release began "
-                          "terminating between read and write")
+            out.detail = (
+                "spec.suspend was taken by another manager or the release began "
+                "terminating between read and write"
+            )
             return
         out.steps.append(ACQUIRE.done)
         # From here on every exit relinquishes exactly once.
@@ -150,12 +171,16 @@ class Saga(Handshake):
             out.result, out.failed = Result.FAILED, True
             out.detail = f"recovery interrupted: {exc}"
         except Stopped:
-            out.result, out.detail = Result.DEFERRED, "shutting down; recovery aborted before the delete"
+            out.result, out.detail = (
+                Result.DEFERRED,
+                "shutting down; recovery aborted before the delete",
+            )
         finally:
             self._final_relinquish(current, out)
 
-    def _holding(self, held: dict, revision: int, out: Outcome,
-                 watch: ReleaseWatch | None = None) -> dict | None:
+    def _holding(
+        self, held: dict, revision: int, out: Outcome, watch: ReleaseWatch | None = None
+    ) -> dict | None:
         """While holding the release: wait for helm-controller's handshake, then record the
         revision rv-locked to the state just judged.  Returns that state, or sets ``out``
         to deferred (and returns the last state seen) when the delete must not happen."""
@@ -167,8 +192,10 @@ class Saga(Handshake):
             return current
         if detect.observed_lags(current) and not self.kube.dry_run:
             out.result = Result.DEFERRED
-            out.detail = (f"helm-controller did not acknowledge the suspension within "
-                          f"{self.opt.handshake_timeout:.0f}s; storage left intact")
+            out.detail = (
+                f"helm-controller did not acknowledge the suspension within "
+                f"{self.opt.handshake_timeout:.0f}s; storage left intact"
+            )
             return current
         # 2. record the revision, locked to the resourceVersion of the state just
         #    judged: its answer is the re-read (any write since → 409 → re-decided)
@@ -178,21 +205,28 @@ class Saga(Handshake):
             return current
         if not recorded:
             out.result = Result.DEFERRED
-            out.detail = ("the release changed under us during recovery (another writer "
-                          "took spec.suspend or changed its spec); storage left intact")
+            out.detail = (
+                "the release changed under us during recovery (another writer "
+                "took spec.suspend or changed its spec); storage left intact"
+            )
             return current
         out.steps.append(RECORD.done.format(revision=revision))
         if self.should_stop():
-            out.result, out.detail = Result.DEFERRED, "shutting down; recovery aborted before the delete"
+            out.result, out.detail = (
+                Result.DEFERRED,
+                "shutting down; recovery aborted before the delete",
+            )
             return current
-        if not self.kube.dry_run and not (detect.is_suspended(current)
-                                          and ownership.owns_suspend(current)):
+        if not self.kube.dry_run and not (
+            detect.is_suspended(current) and ownership.owns_suspend(current)
+        ):
             out.result = Result.DEFERRED
             out.detail = "another manager took spec.suspend during recovery; storage left intact"
         return current
 
-    def _delete_judged(self, current: dict, choice: storage.Choice,
-                       out: Outcome) -> storage.Revision | None:
+    def _delete_judged(
+        self, current: dict, choice: storage.Choice, out: Outcome
+    ) -> storage.Revision | None:
         """DELETE the judged revision.  A 409 (the Secret was rewritten in place since the
         LIST, e.g. Helm marked it deployed) or 404 re-decides on a fresh LIST while we still
         hold the release: the same revision still blocking is deleted with its new
@@ -212,23 +246,32 @@ class Saga(Handshake):
                 if not (exc.conflict or exc.not_found):
                     raise
                 redo = storage.choose_revision(current, self.list_storage(current))
-                same = (redo.ok and redo.revision is not None
-                        and redo.revision.number == rev.number and redo.revision.uid == rev.uid)
+                same = (
+                    redo.ok
+                    and redo.revision is not None
+                    and redo.revision.number == rev.number
+                    and redo.revision.uid == rev.uid
+                )
                 if not again and same and redo.revision is not None:
                     rev, choice = redo.revision, redo
                     continue
                 out.result = Result.DEFERRED if exc.not_found or redo.ok else Result.SKIPPED
-                out.detail = (f"Secret {rev.namespace}/{rev.name} changed after it was judged "
-                              f"and was not deleted: {redo.reason}")
+                out.detail = (
+                    f"Secret {rev.namespace}/{rev.name} changed after it was judged "
+                    f"and was not deleted: {redo.reason}"
+                )
                 return None
             break
         if out.backup:
             out.steps.append(f"saved to {out.backup}")
         out.steps.append(DELETE.done.format(**step_args(choice, where)))
         out.result = Result.RECOVERED
-        out.detail = (f"deleted revision {rev.number} ({choice.helm_status}) of release "
-                      f"{release}{where}" + (f" (backup: {out.backup})" if out.backup else "")
-                      + "; helm-controller will reconcile it again")
+        out.detail = (
+            f"deleted revision {rev.number} ({choice.helm_status}) of release "
+            f"{release}{where}"
+            + (f" (backup: {out.backup})" if out.backup else "")
+            + "; helm-controller will reconcile it again"
+        )
         return rev
 
     def _recorded_event(self, hr: dict, rev: storage.Revision, backup: str = "") -> None:
@@ -236,10 +279,14 @@ class Saga(Handshake):
         when remote) and where it was saved."""
         if self.kube.dry_run:
             return
-        self.recorder.record(hr, plan.RECOVERED.reason, plan.RECOVERED.type,
-                             f"{plan.RECOVERED.message}: revision {rev.number}, Secret "
-                             f"{rev.namespace}/{rev.name}{self.storage_where(hr)}"
-                             + (f"; backup: {backup}" if backup else ""))
+        self.recorder.record(
+            hr,
+            plan.RECOVERED.reason,
+            plan.RECOVERED.type,
+            f"{plan.RECOVERED.message}: revision {rev.number}, Secret "
+            f"{rev.namespace}/{rev.name}{self.storage_where(hr)}"
+            + (f"; backup: {backup}" if backup else ""),
+        )
 
     def _final_relinquish(self, current: dict | None, out: Outcome) -> None:
         """The one relinquish of every exit after the acquire.  When someone else took
@@ -259,7 +306,7 @@ class Saga(Handshake):
         except KubeError as exc:
             if not exc.conflict:
                 self._event(current, plan.UNSUSPEND_FAILED)
-            cleanup = (f"could not lift our suspension ({exc}); {leftover_hint(current)}")
+            cleanup = f"could not lift our suspension ({exc}); {leftover_hint(current)}"
             if out.result != Result.FAILED:
                 out.detail = f"{out.detail}; but {cleanup}"
             else:
@@ -271,9 +318,14 @@ class Saga(Handshake):
         §6 says it must not outlive us (live; terminating and suspended by another
         manager).  True when a fence was removed."""
         fresh = self._fresh(current)
-        if fresh is not None and detect.is_fenced(fresh) and (
+        if (
+            fresh is not None
+            and detect.is_fenced(fresh)
+            and (
                 not detect.is_terminating(fresh)
-                or (detect.is_suspended(fresh) and not ownership.owns_suspend(fresh))):
+                or (detect.is_suspended(fresh) and not ownership.owns_suspend(fresh))
+            )
+        ):
             return self.remove_fence(fresh) is not None
         return False
 
@@ -290,8 +342,10 @@ class Saga(Handshake):
         if lifted is None:
             # the suspension changed hands (or the release went) after the read that decided
             out.result = Result.FENCE_REMOVED if removed else Result.UNCHANGED
-            out.detail = ("the suspension is no longer ours (another manager took "
-                          "spec.suspend, or the release is gone): nothing of ours to lift")
+            out.detail = (
+                "the suspension is no longer ours (another manager took "
+                "spec.suspend, or the release is gone): nothing of ours to lift"
+            )
             if removed:
                 out.steps.append("removed the fence")
             return

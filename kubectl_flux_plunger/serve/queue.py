@@ -12,6 +12,7 @@
 
 Only keys are held, never objects: decisions re-read the release.
 """
+
 from __future__ import annotations
 
 import heapq
@@ -48,16 +49,17 @@ class Backoff:
 
 
 class WorkQueue:
-    def __init__(self, *, backoff: Backoff | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, *, backoff: Backoff | None = None, clock: Callable[[], float] = time.monotonic
+    ):
         self._clock = clock
         self._backoff = backoff if backoff is not None else Backoff()
         self._cond = threading.Condition()
         self._ready: deque[str] = deque()
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
-        self._timers: list[tuple[float, int, str]] = []   # heap; stale entries skipped
-        self._due: dict[str, float] = {}                 # key -> earliest armed due time
+        self._timers: list[tuple[float, int, str]] = []  # heap; stale entries skipped
+        self._due: dict[str, float] = {}  # key -> earliest armed due time
         self._seq = itertools.count()
         self._shutdown = False
         self.adds = 0
@@ -151,7 +153,7 @@ class WorkQueue:
         with self._cond:
             self._processing.discard(key)
             if key in self._dirty and self._backing_off_locked(key):
-                self._dirty.discard(key)     # the backoff timer re-adds it
+                self._dirty.discard(key)  # the backoff timer re-adds it
             elif key in self._dirty and not self._shutdown:
                 self._ready.append(key)
                 self._cond.notify()

@@ -11,6 +11,7 @@ Shutdown on SIGTERM/SIGINT:
 A second signal exits at once with status 1.  Losing the Lease stops without a drain (another
 instance leads now) and exits 1.
 """
+
 from __future__ import annotations
 
 import logging
@@ -62,7 +63,7 @@ class ServeConfig:
     probe_addr: tuple[str, int] | None = ("", 8081)
     backoff_base: float = 1.0
     backoff_cap: float = 300.0
-    backup: Backup | None = None      # --backup-secret-namespace
+    backup: Backup | None = None  # --backup-secret-namespace
 
 
 class Controller:
@@ -72,35 +73,56 @@ class Controller:
         self.metrics = Metrics()
         self.queue = WorkQueue(backoff=Backoff(cfg.backoff_base, cfg.backoff_cap))
         self.recorder = Recorder(kube, instance=self.identity)
-        self.stopping = threading.Event()       # signal received: take no new work
+        self.stopping = threading.Event()  # signal received: take no new work
         self.watch_stop = threading.Event()
-        self.watcher = Watcher(kube, self.queue, namespace=cfg.namespace, selector=cfg.selector,
-                               resync_period=cfg.resync_period, metrics=self.metrics)
+        self.watcher = Watcher(
+            kube,
+            self.queue,
+            namespace=cfg.namespace,
+            selector=cfg.selector,
+            resync_period=cfg.resync_period,
+            metrics=self.metrics,
+        )
         self.elector: LeaderElector | None = None
         self.lease_kube = lease_kube
         if cfg.leader_elect:
             if not cfg.lease_namespace:
                 raise ValueError("leader election needs the Lease's namespace")
             self.elector = LeaderElector(
-                lease_kube or kube, cfg.lease_namespace, cfg.lease_name, self.identity,
-                lease_duration=cfg.lease_duration, renew_deadline=cfg.renew_deadline,
-                retry_period=cfg.retry_period, on_started=self._started_leading,
-                on_lost=self._lost)
+                lease_kube or kube,
+                cfg.lease_namespace,
+                cfg.lease_name,
+                self.identity,
+                lease_duration=cfg.lease_duration,
+                renew_deadline=cfg.renew_deadline,
+                retry_period=cfg.retry_period,
+                on_started=self._started_leading,
+                on_lost=self._lost,
+            )
         # An in-flight recovery notices a stop between handshake watch windows: keep a window
         # well inside the stop bound so SIGTERM aborts it before the delete, in time.
         window = max(0.5, min(5.0, cfg.stop_timeout / 4))
-        opts = dict(fence_warn_after=cfg.fence_warn_after, fence_recheck=cfg.fence_recheck,
-                    handshake_timeout=cfg.handshake_timeout, handshake_window=window)
-        self.executor = Executor(kube, self.recorder, options=Options(backup=cfg.backup, **opts),
-                                 should_stop=self._should_stop)
-        self.drain_executor = Executor(kube, self.recorder,
-                                       options=Options(allow_recover=False, **opts))
+        opts = dict(
+            fence_warn_after=cfg.fence_warn_after,
+            fence_recheck=cfg.fence_recheck,
+            handshake_timeout=cfg.handshake_timeout,
+            handshake_window=window,
+        )
+        self.executor = Executor(
+            kube,
+            self.recorder,
+            options=Options(backup=cfg.backup, **opts),
+            should_stop=self._should_stop,
+        )
+        self.drain_executor = Executor(
+            kube, self.recorder, options=Options(allow_recover=False, **opts)
+        )
         self.workers: list[threading.Thread] = []
         self._workers_lock = threading.Lock()
         self.wake = threading.Event()
         self.signals = 0
-        self._drain_running = False                      # the leader gauge stays 1 meanwhile
-        self._logged: dict[str, tuple[str, str]] = {}   # key -> last (result, detail) at info
+        self._drain_running = False  # the leader gauge stays 1 meanwhile
+        self._logged: dict[str, tuple[str, str]] = {}  # key -> last (result, detail) at info
         self._logged_lock = threading.Lock()
         self.metrics.fences_held = self.watcher.fences_held
         self.metrics.queue_depth = lambda: len(self.queue)
@@ -161,14 +183,17 @@ class Controller:
         except KubeError as exc:
             self.metrics.error()
             delay = self.queue.add_rate_limited(key)
-            log.warning("reconcile failed: %s; retrying in %.1fs", exc, delay,
-                        extra=fields(release=key, status=exc.status))
+            log.warning(
+                "reconcile failed: %s; retrying in %.1fs",
+                exc,
+                delay,
+                extra=fields(release=key, status=exc.status),
+            )
             return
         except Exception:  # noqa: BLE001 - a bug in one pass must not kill the worker
             self.metrics.error()
             delay = self.queue.add_rate_limited(key)
-            log.exception("reconcile crashed; retrying in %.1fs", delay,
-                          extra=fields(release=key))
+            log.exception("reconcile crashed; retrying in %.1fs", delay, extra=fields(release=key))
             return
         self.metrics.observe(out)
         level = logging.DEBUG if out.result in _QUIET else logging.INFO
@@ -182,10 +207,19 @@ class Controller:
                 self._logged.pop(key, None)
         if out.failed:
             level = logging.WARNING
-        log.log(level, "%s: %s", out.result, out.detail,
-                extra=fields(release=key, row=out.row, result=out.result,
-                             revision=out.revision,
-                             seconds=round(time.monotonic() - started, 3)))
+        log.log(
+            level,
+            "%s: %s",
+            out.result,
+            out.detail,
+            extra=fields(
+                release=key,
+                row=out.row,
+                result=out.result,
+                revision=out.revision,
+                seconds=round(time.monotonic() - started, 3),
+            ),
+        )
         if self.stopping.is_set():
             return
         if out.failed or out.result == Result.DEFERRED:
@@ -203,12 +237,20 @@ class Controller:
         if cfg.metrics_addr is not None:
             self.endpoints.render_metrics = prometheus_renderer(self.metrics)
         self.endpoints.start(cfg.metrics_addr, cfg.probe_addr)
-        log.info("starting flux-plunger controller", extra=fields(
-            identity=self.identity, namespace=cfg.namespace or "(all)",
-            selector=cfg.selector or "", workers=cfg.workers, leader_elect=cfg.leader_elect,
-            lease=(f"{cfg.lease_namespace}/{cfg.lease_name}" if cfg.leader_elect else "")))
-        threading.Thread(target=self.watcher.run, args=(self.watch_stop,), name="watch",
-                         daemon=True).start()
+        log.info(
+            "starting flux-plunger controller",
+            extra=fields(
+                identity=self.identity,
+                namespace=cfg.namespace or "(all)",
+                selector=cfg.selector or "",
+                workers=cfg.workers,
+                leader_elect=cfg.leader_elect,
+                lease=(f"{cfg.lease_namespace}/{cfg.lease_name}" if cfg.leader_elect else ""),
+            ),
+        )
+        threading.Thread(
+            target=self.watcher.run, args=(self.watch_stop,), name="watch", daemon=True
+        ).start()
         if self.elector is not None:
             threading.Thread(target=self._elect, name="leader-election", daemon=True).start()
         else:
@@ -261,8 +303,11 @@ class Controller:
         busy = sum(t.is_alive() for t in workers)
         if busy:
             code = 1
-            log.error("stopping new work took longer than %.1fs; %d worker(s) still busy",
-                      cfg.stop_timeout, busy)
+            log.error(
+                "stopping new work took longer than %.1fs; %d worker(s) still busy",
+                cfg.stop_timeout,
+                busy,
+            )
         else:
             log.info("stopped taking new work")
         if lost:
@@ -276,10 +321,15 @@ class Controller:
             code = 1
         else:
             self._drain_running = True
-            drainer = Drainer(self.kube, self.drain_executor, namespace=cfg.namespace,
-                              selector=cfg.selector, poll=min(1.0, cfg.fence_recheck),
-                              metrics=self.metrics)
-            still = (self.elector.is_leader if self.elector is not None else (lambda: True))
+            drainer = Drainer(
+                self.kube,
+                self.drain_executor,
+                namespace=cfg.namespace,
+                selector=cfg.selector,
+                poll=min(1.0, cfg.fence_recheck),
+                metrics=self.metrics,
+            )
+            still = self.elector.is_leader if self.elector is not None else (lambda: True)
             drainer.run(cfg.drain_timeout, still)
             self._drain_running = False
         # 3. give the Lease up

@@ -8,6 +8,7 @@ restarted apiserver no longer has answers 410, which relists.  A fresh LIST ever
 ``resync_period`` re-enqueues whatever the predicate selects, catching changes no watch event
 reports (e.g. a Helm storage Secret appearing).
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,7 +22,7 @@ from .logs import fields
 
 log = logging.getLogger(__name__)
 
-WATCH_SECONDS = 300          # server-side timeout of one watch request
+WATCH_SECONDS = 300  # server-side timeout of one watch request
 # Items per LIST page.  What a page parses into stays with the process (allocator
 # retention), so the page — not the number of releases — sets the memory a LIST costs:
 # 500-item pages cost ~15 MiB more RSS than 100-item ones; 10,000 releases are 100 requests.
@@ -39,9 +40,18 @@ class Expired(Exception):
 
 
 class Watcher:
-    def __init__(self, kube, queue, *, namespace: str | None, selector: str | None,
-                 resync_period: float, metrics=None, page_size: int = PAGE_SIZE,
-                 watch_seconds: int = WATCH_SECONDS):
+    def __init__(
+        self,
+        kube,
+        queue,
+        *,
+        namespace: str | None,
+        selector: str | None,
+        resync_period: float,
+        metrics=None,
+        page_size: int = PAGE_SIZE,
+        watch_seconds: int = WATCH_SECONDS,
+    ):
         self.kube, self.queue = kube, queue
         self.namespace, self.selector = namespace, selector
         self.resync_period = resync_period
@@ -76,8 +86,9 @@ class Watcher:
         """A fresh LIST, page by page; enqueue what the predicate selects.  Returns its rv."""
         fenced: set[str] = set()
         rv, count, queued = "", 0, 0
-        for items, page_rv in self.kube.iter_hr_pages(self.namespace, self.selector,
-                                                      self.page_size):
+        for items, page_rv in self.kube.iter_hr_pages(
+            self.namespace, self.selector, self.page_size
+        ):
             rv = page_rv or rv
             for hr in items:
                 count += 1
@@ -91,8 +102,12 @@ class Watcher:
             self._fenced = fenced
         if self.metrics is not None:
             self.metrics.relisted(reason)
-        log.info("listed HelmReleases", extra=fields(reason=reason, count=count, queued=queued,
-                                                       fenced=len(fenced), resourceVersion=rv))
+        log.info(
+            "listed HelmReleases",
+            extra=fields(
+                reason=reason, count=count, queued=queued, fenced=len(fenced), resourceVersion=rv
+            ),
+        )
         return rv
 
     # -- watch ---------------------------------------------------------------------
@@ -100,8 +115,9 @@ class Watcher:
     def _watch_once(self, rv: str, seconds: int) -> str:
         """One watch request from ``rv``; returns the newest rv seen. Raises Expired/KubeError."""
         expired = None
-        for event in self.kube.watch_hrs(self.namespace, self.selector, rv,
-                                         timeout_seconds=seconds):
+        for event in self.kube.watch_hrs(
+            self.namespace, self.selector, rv, timeout_seconds=seconds
+        ):
             kind = event.get("type")
             obj = event.get("object") or {}
             if kind == "ERROR":
@@ -109,8 +125,12 @@ class Watcher:
                 if code == 410:
                     expired = obj.get("message") or "resource version too old"
                     continue  # the server closes the stream after it; let it end cleanly
-                raise KubeError(int(code or 0), obj.get("reason") or "Error",
-                                obj.get("message") or "watch error event", obj)
+                raise KubeError(
+                    int(code or 0),
+                    obj.get("reason") or "Error",
+                    obj.get("message") or "watch error event",
+                    obj,
+                )
             new_rv = (obj.get("metadata") or {}).get("resourceVersion")
             if new_rv:
                 rv = new_rv
@@ -146,13 +166,17 @@ class Watcher:
                 rv = self._watch_once(rv, seconds)
                 failures = 0
             except Expired as exc:
-                log.info("watch: resource version expired (410); relisting",
-                         extra=fields(detail=str(exc)))
+                log.info(
+                    "watch: resource version expired (410); relisting",
+                    extra=fields(detail=str(exc)),
+                )
                 rv, reason = None, "expired"
             except KubeError as exc:
                 if exc.gone:
-                    log.info("watch: resource version expired (410); relisting",
-                             extra=fields(detail=str(exc)))
+                    log.info(
+                        "watch: resource version expired (410); relisting",
+                        extra=fields(detail=str(exc)),
+                    )
                     rv, reason = None, "expired"
                     continue
                 if rv is None:
@@ -161,8 +185,12 @@ class Watcher:
                     rv = self.resource_version or rv
                 delay = min(BACKOFF_CAP, BACKOFF_BASE * (2 ** min(failures, 10)))
                 failures += 1
-                log.warning("watch: %s; retrying in %.1fs", exc, delay,
-                            extra=fields(status=exc.status, attempt=failures))
+                log.warning(
+                    "watch: %s; retrying in %.1fs",
+                    exc,
+                    delay,
+                    extra=fields(status=exc.status, attempt=failures),
+                )
                 if self.metrics is not None:
                     self.metrics.error()
                 stop.wait(delay)

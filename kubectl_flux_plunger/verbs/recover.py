@@ -1,5 +1,6 @@
 """``recover`` and ``resume-owned``: the decision table applied once to each selected release,
 with bounded concurrency across releases (each release is handled by one thread)."""
+
 from __future__ import annotations
 
 import threading
@@ -17,8 +18,9 @@ from ..plan import Row
 RESUME_ROWS = frozenset({Row.LIVE_SUSPENDED_OWNED, Row.TERMINATING_SUSPENDED_OWNED})
 
 
-def _one(executor: Executor, hr: dict, only_rows: frozenset[str] | None,
-         fresh: bool = False) -> Outcome:
+def _one(
+    executor: Executor, hr: dict, only_rows: frozenset[str] | None, fresh: bool = False
+) -> Outcome:
     """One release: the executor's bounded determine → act → re-determine loop."""
     return executor.settle(hr, only_rows=only_rows, fresh=fresh)
 
@@ -30,24 +32,31 @@ DEFAULT_CONCURRENCY = 8
 NOT_STARTED = "not started: the run was interrupted"
 
 
-def _interrupted(executor: Executor, hr: dict[str, Any],
-                 only_rows: frozenset[str] | None) -> Outcome | None:
+def _interrupted(
+    executor: Executor, hr: dict[str, Any], only_rows: frozenset[str] | None
+) -> Outcome | None:
     """The outcome of a release never started because the run was interrupted, or None
     when it needs nothing anyway (``_one`` then decides it without a request)."""
     md = hr["metadata"]
     d = plan.decide(hr, executor.clock())
     if (d.action is plan.Action.NOTHING and d.event is None) or (
-            only_rows is not None and d.row not in only_rows):
+        only_rows is not None and d.row not in only_rows
+    ):
         return None
     return Outcome(md["namespace"], md["name"], Result.DEFERRED, NOT_STARTED, row=d.row)
 
 
-def run(executor: Executor, releases: list[dict[str, Any]], *,
-        concurrency: int = DEFAULT_CONCURRENCY, only_rows: frozenset[str] | None = None,
-        fresh: bool = False,
-        on_start: Callable[[int, dict[str, Any]], None] | None = None,
-        on_result: Callable[[int, Outcome], None] | None = None,
-        stop: threading.Event | None = None) -> list[Outcome]:
+def run(
+    executor: Executor,
+    releases: list[dict[str, Any]],
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    only_rows: frozenset[str] | None = None,
+    fresh: bool = False,
+    on_start: Callable[[int, dict[str, Any]], None] | None = None,
+    on_result: Callable[[int, Outcome], None] | None = None,
+    stop: threading.Event | None = None,
+) -> list[Outcome]:
     """Apply one pass to every release; results in the order of ``releases``.  ``fresh``:
     the releases were just read by name (no second read before acting).
 

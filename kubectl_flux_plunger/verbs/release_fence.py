@@ -5,6 +5,7 @@ JSON patch, never server-side apply), then remove every copy of the fence with g
 test+remove patches.  Retries are per release within a bounded window, so one unreadable
 release cannot starve the rest.  Optionally first lets helm-controller finish uninstalls.
 """
+
 from __future__ import annotations
 
 import threading
@@ -39,28 +40,43 @@ class FenceResult:
         if not self.released:
             return f"NOT released {ref}: {self.detail}"
         if self.without_uninstall:
-            return (f"released the uninstall fence from {ref} without an uninstall: "
-                    "helm-controller had not handled it")
-        return f"released the uninstall fence from {ref}" + (f" ({self.detail})" if self.detail else "")
+            return (
+                f"released the uninstall fence from {ref} without an uninstall: "
+                "helm-controller had not handled it"
+            )
+        return f"released the uninstall fence from {ref}" + (
+            f" ({self.detail})" if self.detail else ""
+        )
 
 
-def _lift_sole_suspension(prims: Executor, hr: dict, timeout: float,
-                          stop: Callable[[], bool] | None = None) -> dict | None:
+def _lift_sole_suspension(
+    prims: Executor, hr: dict, timeout: float, stop: Callable[[], bool] | None = None
+) -> dict | None:
     """Lift a suspension flux-plunger alone owns with the guarded JSON patch (never an
     apply).  Returns the release as last read or written (None when gone).  Raises
     KubeError at once for what retrying cannot change, or when ``timeout`` passes."""
+
     def attempt(current: dict) -> dict:
         if not (detect.is_suspended(current) and ownership.sole_owner_is_us(current)):
             return current
         md = current["metadata"]
-        return prims.kube.json_patch_hr(md["namespace"], md["name"],
-                                        writes.unsuspend_json_patch(current))
-    return prims.retry_on_conflict(hr, attempt, what="lifting flux-plunger's suspension",
-                                   timeout=timeout, transient=True, stop=stop)
+        return prims.kube.json_patch_hr(
+            md["namespace"], md["name"], writes.unsuspend_json_patch(current)
+        )
+
+    return prims.retry_on_conflict(
+        hr,
+        attempt,
+        what="lifting flux-plunger's suspension",
+        timeout=timeout,
+        transient=True,
+        stop=stop,
+    )
 
 
-def _remove_fences(prims: Executor, hr: dict, deadline: float,
-                   stop: Callable[[], bool] | None = None) -> dict:
+def _remove_fences(
+    prims: Executor, hr: dict, deadline: float, stop: Callable[[], bool] | None = None
+) -> dict:
     """Remove every copy of the fence with the executor's one fence-removal primitive;
     a fence that keeps coming back (a controller still running) is an error.  Returns the
     release as last read or written."""
@@ -69,12 +85,16 @@ def _remove_fences(prims: Executor, hr: dict, deadline: float,
     for _ in range(MAX_FENCE_REMOVALS):
         if current is None or not detect.is_fenced(current):
             return last
-        current = prims.remove_fence(current, timeout=max(0.0, deadline - time.monotonic()),
-                                     stop=stop)
+        current = prims.remove_fence(
+            current, timeout=max(0.0, deadline - time.monotonic()), stop=stop
+        )
         last = current if current is not None else last
     if current is not None and detect.is_fenced(current):
-        raise KubeError(409, "Conflict", "the fence keeps coming back; is a flux-plunger "
-                        "controller still running?")
+        raise KubeError(
+            409,
+            "Conflict",
+            "the fence keeps coming back; is a flux-plunger controller still running?",
+        )
     return last
 
 
@@ -84,11 +104,17 @@ def without_uninstall(hr: dict) -> bool:
     uninstalling a suspended release) or its uninstall not reached."""
     return detect.is_terminating(hr) and (
         (detect.is_suspended(hr) and not ownership.sole_owner_is_us(hr))
-        or not detect.uninstall_reached(hr))
+        or not detect.uninstall_reached(hr)
+    )
 
 
-def release_one(kube: Kube, hr: dict, window: float, deadline: float | None = None,
-                stop: Callable[[], bool] | None = None) -> FenceResult:
+def release_one(
+    kube: Kube,
+    hr: dict,
+    window: float,
+    deadline: float | None = None,
+    stop: Callable[[], bool] | None = None,
+) -> FenceResult:
     """Release one fenced release, retrying within ``window`` seconds and never past the
     global ``deadline`` (a ``time.monotonic()`` value); no write starts once ``stop()``."""
     md = hr["metadata"]
@@ -99,8 +125,9 @@ def release_one(kube: Kube, hr: dict, window: float, deadline: float | None = No
     try:
         current = _lift_sole_suspension(prims, hr, max(0.0, deadline - time.monotonic()), stop)
     except KubeError as exc:
-        return FenceResult(ns, name, False, False,
-                           f"flux-plunger's suspension could not be lifted: {exc}")
+        return FenceResult(
+            ns, name, False, False, f"flux-plunger's suspension could not be lifted: {exc}"
+        )
     if current is not None and detect.is_suspended(current) and ownership.owns_suspend(current):
         note = "the suspension is co-owned by another manager and was left in place"
     else:
@@ -115,13 +142,19 @@ def release_one(kube: Kube, hr: dict, window: float, deadline: float | None = No
     return FenceResult(ns, name, True, current is not None and without_uninstall(current), note)
 
 
-TERMINATING_ROWS = frozenset({
-    Row.TERMINATING_SUSPENDED_OWNED, Row.TERMINATING_SUSPENDED_FOREIGN,
-    Row.TERMINATING_FENCED_UNINSTALLED, Row.TERMINATING_FENCED_WAITING})
+TERMINATING_ROWS = frozenset(
+    {
+        Row.TERMINATING_SUSPENDED_OWNED,
+        Row.TERMINATING_SUSPENDED_FOREIGN,
+        Row.TERMINATING_FENCED_UNINSTALLED,
+        Row.TERMINATING_FENCED_WAITING,
+    }
+)
 
 
-def wait_uninstalls(executor: Executor, releases: list[dict], timeout: float,
-                    poll: float = 1.0) -> tuple[list[dict], list[FenceResult]]:
+def wait_uninstalls(
+    executor: Executor, releases: list[dict], timeout: float, poll: float = 1.0
+) -> tuple[list[dict], list[FenceResult]]:
     """The drain (the executor's one drain loop, as serve's shutdown runs it) over the
     deleted, fenced releases: our suspensions lifted so helm-controller can uninstall, the
     fence released once it has, until none waits or ``timeout`` passes.  Live releases are
@@ -129,34 +162,42 @@ def wait_uninstalls(executor: Executor, releases: list[dict], timeout: float,
     an apply).  Returns (releases still fenced, results of those released meanwhile).  A
     release that cannot be read is kept and retried."""
     by_key = {f"{hr['metadata']['namespace']}/{hr['metadata']['name']}": hr for hr in releases}
-    pending = dict.fromkeys(by_key)          # keys still draining, in order
+    pending = dict.fromkeys(by_key)  # keys still draining, in order
     done: dict[str, FenceResult] = {}
 
     def outcome(key: str, out: Outcome) -> None:
         ns, name = key.split("/", 1)
         if out.result == Result.FENCE_REMOVED:
             foreign = out.row == Row.TERMINATING_SUSPENDED_FOREIGN
-            done[key] = FenceResult(ns, name, True, foreign,
-                                    "suspended by another manager" if foreign
-                                    else "after helm-controller's uninstall")
+            done[key] = FenceResult(
+                ns,
+                name,
+                True,
+                foreign,
+                "suspended by another manager" if foreign else "after helm-controller's uninstall",
+            )
         elif out.result == Result.GONE:
             done[key] = FenceResult(ns, name, True, False, "the release is gone")
         elif out.row in TERMINATING_ROWS and out.result in (
-                Result.WAITING, Result.RELINQUISHED, Result.FAILED):
-            return                               # still waiting for helm-controller
-        pending.pop(key, None)                   # live, or nothing of ours: not waiting
+            Result.WAITING,
+            Result.RELINQUISHED,
+            Result.FAILED,
+        ):
+            return  # still waiting for helm-controller
+        pending.pop(key, None)  # live, or nothing of ours: not waiting
 
-    Drain(executor, poll=poll).run(lambda: list(pending), timeout,
-                                   only_rows=TERMINATING_ROWS, on_outcome=outcome)
+    Drain(executor, poll=poll).run(
+        lambda: list(pending), timeout, only_rows=TERMINATING_ROWS, on_outcome=outcome
+    )
     still = []
     for key, listed in by_key.items():
         if key in done:
             continue
         ns, name = key.split("/", 1)
-        try:   # hand on the last state, not the listed copy the wait started from
+        try:  # hand on the last state, not the listed copy the wait started from
             hr = executor.kube.get_hr(ns, name)
         except KubeError:
-            hr = listed                          # release_one re-reads on its own
+            hr = listed  # release_one re-reads on its own
         if hr is None:
             done[key] = FenceResult(ns, name, True, False, "the release is gone")
         else:
@@ -164,9 +205,14 @@ def wait_uninstalls(executor: Executor, releases: list[dict], timeout: float,
     return still, list(done.values())
 
 
-def run(kube: Kube, releases: list[dict], *, window: float = 60.0,
-        deadline: float | None = None,
-        concurrency: int = DEFAULT_CONCURRENCY) -> list[FenceResult]:
+def run(
+    kube: Kube,
+    releases: list[dict],
+    *,
+    window: float = 60.0,
+    deadline: float | None = None,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> list[FenceResult]:
     """Release every fenced release, ``concurrency`` at a time, each retried within
     ``window`` seconds, all within the global ``deadline`` (``time.monotonic()``): a release
     still unfinished then is reported NOT released, so the summary always comes in time,
@@ -191,22 +237,31 @@ def run(kube: Kube, releases: list[dict], *, window: float = 60.0,
             for f in done:
                 results[futures[f]] = _result(f, fenced[futures[f]])
     finally:
-        stopped.set()                  # a release still going starts no further write
+        stopped.set()  # a release still going starts no further write
         pool.shutdown(wait=False, cancel_futures=True)
     for f, i in futures.items():
         md = fenced[i]["metadata"]
         if i in results:
             continue
-        if f.cancelled():                        # never started
-            results[i] = FenceResult(md["namespace"], md["name"], False, False,
-                                     "the deadline passed before it could be released")
-        elif f.done():                           # finished right at the deadline
+        if f.cancelled():  # never started
+            results[i] = FenceResult(
+                md["namespace"],
+                md["name"],
+                False,
+                False,
+                "the deadline passed before it could be released",
+            )
+        elif f.done():  # finished right at the deadline
             results[i] = _result(f, fenced[i])
         else:
             results[i] = FenceResult(
-                md["namespace"], md["name"], False, False,
+                md["namespace"],
+                md["name"],
+                False,
+                False,
                 "the deadline passed while it was being released (stopped before its next "
-                "write; one already sent may still release it)")
+                "write; one already sent may still release it)",
+            )
     return [results[i] for i in range(len(fenced))]
 
 
@@ -221,5 +276,7 @@ def _result(f: Future[FenceResult], hr: dict) -> FenceResult:
 def summary(results: list[FenceResult]) -> str:
     released = sum(r.released for r in results)
     unhandled = sum(r.released and r.without_uninstall for r in results)
-    return (f"released {released} of {len(results)} fenced HelmReleases, "
-            f"{unhandled} without an uninstall")
+    return (
+        f"released {released} of {len(results)} fenced HelmReleases, "
+        f"{unhandled} without an uninstall"
+    )

@@ -6,6 +6,7 @@ while the revision is absent; and only while the HelmRelease it belongs to is su
 caller (any manager but flux-plunger), so helm-controller is not acting on it — unless
 ``force``.  The revision goes back to the cluster it was taken from (the remote cluster of
 ``spec.kubeConfig`` for such releases)."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -19,7 +20,7 @@ from ..remote import RemoteError, Remotes, storage_cluster
 
 @dataclass
 class RestoreResult:
-    action: str          # created, would-create, refused
+    action: str  # created, would-create, refused
     detail: str
     namespace: str = ""
     name: str = ""
@@ -37,8 +38,9 @@ class RestoreResult:
         return self.detail
 
 
-def run(kube: Kube, doc: dict[str, Any], source: str, *, force: bool = False,
-        dry_run: str = "none") -> RestoreResult:
+def run(
+    kube: Kube, doc: dict[str, Any], source: str, *, force: bool = False, dry_run: str = "none"
+) -> RestoreResult:
     """Restore the backup document ``doc`` (read from ``source``); never raises KubeError
     for an expected refusal, which comes back as ``action == "refused"``."""
     secret = original(doc)
@@ -57,25 +59,33 @@ def run(kube: Kube, doc: dict[str, Any], source: str, *, force: bool = False,
     hr = kube.get_hr(hr_ns, hr_name)
     if hr is None:
         if not force:
-            return refuse(f"HelmRelease {hr_ref} does not exist; pass --force to "
-                          "restore the revision anyway")
+            return refuse(
+                f"HelmRelease {hr_ref} does not exist; pass --force to restore the revision anyway"
+            )
         if cluster != "local":
-            return refuse(f"HelmRelease {hr_ref} does not exist, so its remote "
-                          "cluster cannot be reached")
+            return refuse(
+                f"HelmRelease {hr_ref} does not exist, so its remote cluster cannot be reached"
+            )
     elif not force:
         if not detect.is_suspended(hr):
-            return refuse(f"HelmRelease {hr_ref} is not suspended; suspend it "
-                          "first (flux suspend helmrelease) or pass --force")
+            return refuse(
+                f"HelmRelease {hr_ref} is not suspended; suspend it "
+                "first (flux suspend helmrelease) or pass --force"
+            )
         if ownership.owns_suspend(hr):
-            return refuse(f"HelmRelease {hr_ref} is suspended by flux-plunger "
-                          "(a recovery is in flight); suspend it yourself or pass --force")
+            return refuse(
+                f"HelmRelease {hr_ref} is suspended by flux-plunger "
+                "(a recovery is in flight); suspend it yourself or pass --force"
+            )
     remotes = Remotes(kube)
     try:
         store = remotes.storage_kube(hr) if hr is not None else kube
         now = storage_cluster(store)
         if now != cluster:
-            return refuse(f"the backup comes from cluster {cluster}, but the HelmRelease's "
-                          f"storage is now in cluster {now}")
+            return refuse(
+                f"the backup comes from cluster {cluster}, but the HelmRelease's "
+                f"storage is now in cluster {now}"
+            )
         try:
             store.request("GET", "GET", core_path("secrets", ns, name))
             return refuse("it already exists; restore never overwrites")
@@ -89,17 +99,25 @@ def run(kube: Kube, doc: dict[str, Any], source: str, *, force: bool = False,
             return result
         query = {"dryRun": "All"} if dry_run == "server" else None
         try:
-            store.request("CREATE", "POST", core_path("secrets", ns), body=secret,
-                          content_type=JSON, query=query)
+            store.request(
+                "CREATE",
+                "POST",
+                core_path("secrets", ns),
+                body=secret,
+                content_type=JSON,
+                query=query,
+            )
         except KubeError as exc:
             if exc.conflict:
                 return refuse("it already exists; restore never overwrites")
             raise
         # a server dry run is a would-create; the caller adds the one dry-run suffix
         result.action = "would-create" if dry_run == "server" else "created"
-        result.detail = (f"{'would create' if dry_run == 'server' else 'created'} {ref} "
-                         f"(revision {rev} of release "
-                         f"{(md.get('labels') or {}).get('name', '?')}){where} from {source}")
+        result.detail = (
+            f"{'would create' if dry_run == 'server' else 'created'} {ref} "
+            f"(revision {rev} of release "
+            f"{(md.get('labels') or {}).get('name', '?')}){where} from {source}"
+        )
         return result
     except RemoteError as exc:
         return refuse(str(exc))

@@ -1,4 +1,5 @@
 """Which HelmReleases a verb works on: names, a namespace, all namespaces, a selector."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,14 +13,16 @@ class SelectionError(Exception):
 
 @dataclass(frozen=True)
 class Selection:
-    namespace: str | None          # None with all_namespaces
+    namespace: str | None  # None with all_namespaces
     all_namespaces: bool = False
     selector: str | None = None
     names: tuple[str, ...] = field(default_factory=tuple)
 
 
-NO_FLUX = ("the server doesn't have a resource type \"helmreleases\" in "
-           "helm.toolkit.fluxcd.io/v2 (is Flux installed?)")
+NO_FLUX = (
+    'the server doesn\'t have a resource type "helmreleases" in '
+    "helm.toolkit.fluxcd.io/v2 (is Flux installed?)"
+)
 
 
 def fetch(kube: Kube, sel: Selection) -> tuple[list[dict], list[str]]:
@@ -41,8 +44,10 @@ def _fetch(kube: Kube, sel: Selection) -> tuple[list[dict], list[str]]:
         for name in dict.fromkeys(sel.names):
             hr = kube.get_hr(sel.namespace or "default", name)
             if hr is None:
-                missing.append(f'helmreleases.helm.toolkit.fluxcd.io "{name}" not found in '
-                               f'namespace "{sel.namespace}"')
+                missing.append(
+                    f'helmreleases.helm.toolkit.fluxcd.io "{name}" not found in '
+                    f'namespace "{sel.namespace}"'
+                )
             else:
                 found.append(hr)
         return found, missing

@@ -1,4 +1,5 @@
 """``status``: read-only report of every HelmRelease flux-plunger would act on or has touched."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -18,17 +19,17 @@ class Row:
     name: str
     state: str
     suspend: bool
-    suspend_owner: str         # "flux-plunger", other manager names, or "-"
+    suspend_owner: str  # "flux-plunger", other manager names, or "-"
     revision: int | None
-    helm_status: str           # payload status of the newest revision, or why unknown
-    processed: str             # the processed-version annotation, or "-"
+    helm_status: str  # payload status of the newest revision, or why unknown
+    processed: str  # the processed-version annotation, or "-"
     fenced: bool
     age: str
     release: str
     storage_namespace: str
     note: str
-    stuck: bool = False        # the Ready condition says "has no deployed releases"
-    cluster: str = "local"     # where the Helm storage is: local, or the spec.kubeConfig server
+    stuck: bool = False  # the Ready condition says "has no deployed releases"
+    cluster: str = "local"  # where the Helm storage is: local, or the spec.kubeConfig server
     # for -o json|yaml: the release's metadata as read (managedFields included) and the
     # (manager, operation) pairs that own spec.suspend
     metadata: dict = field(default_factory=dict)
@@ -42,7 +43,7 @@ class Row:
 class Report:
     rows: list[Row]
     missing: list[str]
-    total: int                 # HelmReleases selected, shown or not
+    total: int  # HelmReleases selected, shown or not
 
 
 def _age(seconds: float | None) -> str:
@@ -69,8 +70,11 @@ def _owners(hr: dict) -> str:
     owners = ownership.suspend_owners(hr)
     if not owners:
         return "-"
-    return ",".join(dict.fromkeys(f"{m}({op})" if op != "Apply" or m != "flux-plunger" else m
-                                  for m, op in owners))
+    return ",".join(
+        dict.fromkeys(
+            f"{m}({op})" if op != "Apply" or m != "flux-plunger" else m for m, op in owners
+        )
+    )
 
 
 # What `status` shows for each row of the decision table (SPEC §2 vocabulary).  The state is
@@ -98,8 +102,11 @@ IN_FLIGHT_SECONDS = 120.0
 def _suspended_at(hr: dict) -> dt.datetime | None:
     """When flux-plunger last applied spec.suspend (its managedFields entry's time)."""
     for entry in (hr.get("metadata") or {}).get("managedFields") or []:
-        if (isinstance(entry, dict) and entry.get("manager") == C.FIELD_MANAGER
-                and entry.get("operation") == "Apply"):
+        if (
+            isinstance(entry, dict)
+            and entry.get("manager") == C.FIELD_MANAGER
+            and entry.get("operation") == "Apply"
+        ):
             return detect.parse_timestamp(entry.get("time"))
     return None
 
@@ -129,32 +136,49 @@ def state_of(hr: dict, now: dt.datetime, lease: ControllerLease | None = None) -
 
 def interesting(hr: dict, state: str) -> bool:
     """Would flux-plunger act on it, or has it touched it?"""
-    return (state != "healthy" or detect.processed_annotation_present(hr)
-            or detect.is_fenced(hr) or ownership.owns_suspend(hr))
+    return (
+        state != "healthy"
+        or detect.processed_annotation_present(hr)
+        or detect.is_fenced(hr)
+        or ownership.owns_suspend(hr)
+    )
 
 
 def controller(kube: Kube, lease_namespace: str | None) -> ControllerLease:
     """Whether a flux-plunger controller is running, from its Lease (one GET)."""
-    return controller_lease.read(kube, lease_namespace or controller_lease.default_lease_namespace())
+    return controller_lease.read(
+        kube, lease_namespace or controller_lease.default_lease_namespace()
+    )
 
 
-def run(kube: Kube, sel: Selection, now: dt.datetime | None = None, *,
-        lease_namespace: str | None = None,
-        lease: ControllerLease | None = None) -> tuple[list[Row], list[str]]:
+def run(
+    kube: Kube,
+    sel: Selection,
+    now: dt.datetime | None = None,
+    *,
+    lease_namespace: str | None = None,
+    lease: ControllerLease | None = None,
+) -> tuple[list[Row], list[str]]:
     r = report(kube, sel, now, lease_namespace=lease_namespace, lease=lease)
     return r.rows, r.missing
 
 
-def report(kube: Kube, sel: Selection, now: dt.datetime | None = None, *,
-           lease_namespace: str | None = None,
-           lease: ControllerLease | None = None) -> Report:
+def report(
+    kube: Kube,
+    sel: Selection,
+    now: dt.datetime | None = None,
+    *,
+    lease_namespace: str | None = None,
+    lease: ControllerLease | None = None,
+) -> Report:
     now = now or dt.datetime.now(dt.timezone.utc)
     releases, errors = fetch(kube, sel)
-    if lease is None and any(detect.is_suspended(hr) and ownership.owns_suspend(hr)
-                             for hr in releases):
+    if lease is None and any(
+        detect.is_suspended(hr) and ownership.owns_suspend(hr) for hr in releases
+    ):
         lease = controller(kube, lease_namespace)
     rows = []
-    remotes = Remotes(kube)    # a dead remote costs one bounded wait per run, not per release
+    remotes = Remotes(kube)  # a dead remote costs one bounded wait per run, not per release
     try:
         for hr in releases:
             state = state_of(hr, now, lease)
@@ -166,8 +190,9 @@ def report(kube: Kube, sel: Selection, now: dt.datetime | None = None, *,
     return Report(rows, errors, len(releases))
 
 
-def row(kube: Kube, hr: dict, now: dt.datetime | None = None, *,
-        lease: ControllerLease | None = None) -> Row:
+def row(
+    kube: Kube, hr: dict, now: dt.datetime | None = None, *, lease: ControllerLease | None = None
+) -> Row:
     """The row of one release (``status --watch`` renders each change)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     remotes = Remotes(kube)
@@ -201,9 +226,22 @@ def _row(remotes: Remotes, hr: dict, state: str, now: dt.datetime) -> Row:
         except KubeError as exc:
             helm_status, note = "<unreadable>", f"cannot list Helm storage: {exc}"
     processed = (md.get("annotations") or {}).get(C.PROCESSED_ANNOTATION, "-")
-    return Row(namespace=md.get("namespace", ""), name=md["name"], state=state,
-               suspend=detect.is_suspended(hr), suspend_owner=_owners(hr), revision=revision,
-               helm_status=helm_status, processed=processed, fenced=detect.is_fenced(hr),
-               age=_age(detect.age_seconds(hr, now)), release=release, storage_namespace=ns,
-               note=note, stuck=detect.is_stuck(hr), cluster=cluster, metadata=md,
-               suspend_owners=list(ownership.suspend_owners(hr)))
+    return Row(
+        namespace=md.get("namespace", ""),
+        name=md["name"],
+        state=state,
+        suspend=detect.is_suspended(hr),
+        suspend_owner=_owners(hr),
+        revision=revision,
+        helm_status=helm_status,
+        processed=processed,
+        fenced=detect.is_fenced(hr),
+        age=_age(detect.age_seconds(hr, now)),
+        release=release,
+        storage_namespace=ns,
+        note=note,
+        stuck=detect.is_stuck(hr),
+        cluster=cluster,
+        metadata=md,
+        suspend_owners=list(ownership.suspend_owners(hr)),
+    )

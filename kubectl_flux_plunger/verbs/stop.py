@@ -7,6 +7,7 @@ running again after it was deleted, and the sweep goes on), then wait a bounded 
 what it can inside the grace period).  The chart's pre-delete hook runs this with the
 controller's own image: one image, one tool.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,7 +28,7 @@ class StopError(Exception):
 class Stopped:
     found: bool
     pods_left: list[str] = field(default_factory=list)
-    pods_unknown: bool = False          # the pods could not be listed at the end
+    pods_unknown: bool = False  # the pods could not be listed at the end
     selector: str = ""
 
 
@@ -59,8 +60,16 @@ def _retry(fn, window: float):  # type: ignore[no-untyped-def]
         time.sleep(RETRY_SLEEP)
 
 
-def stop(kube: Kube, namespace: str, name: str, *, wait: float, window: float,
-         poll: float = 1.0, dry_run: bool = False) -> Stopped:
+def stop(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    *,
+    wait: float,
+    window: float,
+    poll: float = 1.0,
+    dry_run: bool = False,
+) -> Stopped:
     """Scale ``namespace/name`` to zero and wait up to ``wait`` seconds for its pods.
 
     Reads and the scale are retried for ``window`` seconds; :class:`StopError` when they
@@ -81,14 +90,17 @@ def stop(kube: Kube, namespace: str, name: str, *, wait: float, window: float,
     return wait_for_pods(kube, namespace, selector_of(dep), wait, poll)
 
 
-def wait_for_pods(kube: Kube, namespace: str, selector: str, wait: float,
-                  poll: float = 1.0) -> Stopped:
+def wait_for_pods(
+    kube: Kube, namespace: str, selector: str, wait: float, poll: float = 1.0
+) -> Stopped:
     """Poll the pods of ``selector`` until none is left or ``wait`` seconds passed."""
     deadline = time.monotonic() + wait
     left: list[str] | None = None
     while True:
         try:
-            left = sorted(f"pod/{p['metadata']['name']}" for p in kube.list_pods(namespace, selector))
+            left = sorted(
+                f"pod/{p['metadata']['name']}" for p in kube.list_pods(namespace, selector)
+            )
         except KubeError:
             left = None
         if left == [] or time.monotonic() >= deadline:

@@ -1,4 +1,5 @@
 """``version``: the client version and, given a cluster, what it can tell about the server."""
+
 from __future__ import annotations
 
 from typing import Any
