@@ -2,7 +2,8 @@
 # The quality gates, fast and before any test tier: ruff (lint + format check), mypy (strict,
 # per pyproject.toml), import-linter (the layering contracts).  Config: pyproject.toml [tool.*].
 #   ./hack/lint.sh          check only (what CI runs)
-#   ./hack/lint.sh --fix    rewrite: ruff format, then ruff check --fix; then check everything
+#   ./hack/lint.sh --fix    rewrite: ruff format, ruff check --fix, the prerendered help; then
+#                           check everything
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +15,11 @@ fi
 
 case "${1:-}" in
   "") ;;
-  --fix) "$PY" -m ruff format --quiet . && "$PY" -m ruff check --fix --quiet . || true ;;
+  --fix)
+    "$PY" -m ruff format --quiet . && "$PY" -m ruff check --fix --quiet . || true
+    # the prerendered help carries a fingerprint of the CLI sources just rewritten
+    "$PY" -m kubectl_flux_plunger.cli.prerender >/dev/null
+    ;;
   *) echo "error: unknown argument ${1}; use --fix or nothing" >&2; exit 2 ;;
 esac
 

@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'ebe528d6'
+FINGERPRINT = '64bdea59'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

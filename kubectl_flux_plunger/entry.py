@@ -86,7 +86,7 @@ def fast_answer(args: list[str]) -> str | None:
     except ImportError:
         return None
     text = _prerendered.TEXT.get(key(args, prog_name(), columns()))
-    if text is None or _prerendered.FINGERPRINT != fingerprint():
+    if text is None or fingerprint() != _prerendered.FINGERPRINT:
         return None
     return text
 

@@ -10,13 +10,15 @@ The ``kubernetes`` package is imported lazily: ``--help`` must not pay for it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 from urllib.parse import quote, urlencode
 
 from . import constants as C
@@ -232,7 +234,7 @@ def _client_modules():
         mod.__package__ = name
         state = {"loaded": False}
 
-        def __getattr__(attr):
+        def __getattr__(attr):  # noqa: N807 - the module-level __getattr__ of the stand-in
             if attr in lazy:
                 return lazy[attr]()
             if not attr.startswith("__") and importlib.util.find_spec(f"{name}.{attr}"):
@@ -381,7 +383,7 @@ def _load_client_configuration(
         raise ConfigError(
             f"invalid kubeconfig: {' '.join(str(exc).split()) or type(exc).__name__}"
         ) from None
-    except Exception as exc:  # yaml errors and others: one line, never a traceback
+    except Exception as exc:  # noqa: BLE001 - yaml errors and others: one line, no traceback
         raise ConfigError(f"invalid kubeconfig: {' '.join(str(exc).split())[:300]}") from None
     if o.server:
         cfg.host = o.server.rstrip("/")
@@ -444,7 +446,7 @@ class Kube:
         context: str | None = None,
         overrides: Overrides | None = None,
         **kwargs,
-    ) -> "Kube":
+    ) -> Kube:
         if overrides is not None and overrides.impersonate_groups and not overrides.impersonate:
             raise ConfigError(
                 "requesting groups without impersonating a user is not allowed "
@@ -461,10 +463,8 @@ class Kube:
         return self._cfg.host
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self._pool.clear()
-        except Exception:
-            pass
 
     def ensure_connections(self, n: int) -> None:
         """Keep up to ``n`` connections to the apiserver open for reuse (one per thread
@@ -475,10 +475,8 @@ class Kube:
         _, _, rest = _client_modules()
         self._cfg.connection_pool_maxsize = n
         old, self._pool = self._pool, rest.RESTClientObject(self._cfg).pool_manager
-        try:
+        with contextlib.suppress(Exception):
             old.clear()
-        except Exception:
-            pass
 
     # -- transport -----------------------------------------------------------------
 

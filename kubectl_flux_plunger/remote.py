@@ -35,8 +35,9 @@ import ssl
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .kube import Kube, KubeError, _client_modules, core_path
 

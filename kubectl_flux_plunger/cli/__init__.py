@@ -6,11 +6,13 @@ Heavy modules (the Kubernetes client, the executor) are imported inside the comm
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import os
 import sys
-from typing import Any, Callable, NoReturn, TypeVar
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -62,13 +64,12 @@ def connection_options(f: F) -> F:
         shell_complete=_complete_contexts,
         help="The kubeconfig context to use.",
     )(f)
-    f = click.option(
+    return click.option(
         "--kubeconfig",
         metavar="PATH",
         type=click.Path(dir_okay=False),
         help="Path to the kubeconfig file.",
     )(f)
-    return f
 
 
 def selection_options(f: F) -> F:
@@ -83,14 +84,13 @@ def selection_options(f: F) -> F:
     f = click.option(
         "-A", "--all-namespaces", is_flag=True, help="Act on HelmReleases in every namespace."
     )(f)
-    f = click.option(
+    return click.option(
         "-n",
         "--namespace",
         metavar="NS",
         shell_complete=_complete_namespaces,
         help="Namespace of the HelmReleases (default: the context's).",
     )(f)
-    return f
 
 
 def lease_options(f: F, *, force: bool = True) -> F:
@@ -384,10 +384,10 @@ def status(
     """Show every HelmRelease flux-plunger would act on or has touched (read-only).
 
     A namespace whose HelmReleases are all healthy and untouched says so on stderr."""
+    import datetime as dt
+
     from ..verbs import status as verb
     from . import render
-
-    import datetime as dt
 
     s = Session(
         kubeconfig, kube_context, request_timeout, namespace, all_namespaces, selector, names
@@ -840,14 +840,14 @@ def release_fence(
 
     Lifts suspensions flux-plunger alone owns, removes every copy of the fence, and
     exits non-zero while any fence remains."""
+    import time
+
     from .. import detect
     from ..events import Recorder
     from ..executor import Executor, Options
     from ..verbs import release_fence as verb
     from ..verbs.select import fetch
     from . import render
-
-    import time
 
     stop_ref: tuple[str, str] | None = None
     if stop_deployment is not None:
@@ -1121,10 +1121,8 @@ def version(
 
 
 def _register_serve() -> None:
-    try:
+    with contextlib.suppress(ImportError):  # the optional "serve" extra
         from .serve import serve  # noqa: F401 - registered on import
-    except ImportError:
-        pass
 
 
 def main(argv: list[str] | None = None) -> int:

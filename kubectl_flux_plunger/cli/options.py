@@ -8,7 +8,8 @@ passed to the commands as arguments: their callbacks collect them in ``ctx.meta`
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 

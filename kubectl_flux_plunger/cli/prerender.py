@@ -1,7 +1,7 @@
 """Capture what click prints for the invocations :mod:`kubectl_flux_plunger.entry` answers
 without importing click (``--help``, ``-h``, ``--version``, ``version --client``).
 
-    python -m kubectl_flux_plunger.cli.prerender          # rewrite kubectl_flux_plunger/_prerendered.py
+    python -m kubectl_flux_plunger.cli.prerender          # rewrite ../_prerendered.py
     python -m kubectl_flux_plunger.cli.prerender --check  # exit 1 when it is out of date
 
 Run it after changing the top-level help, a verb's one-line summary or the version output;

@@ -21,8 +21,9 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import click
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..plan import Row
 
@@ -34,10 +35,14 @@ def table(
     cells = [[_cell(c) for c in r] for r in rows]
     w = list(widths) if widths else [len(h) for h in headers]
     for r in cells:
-        w = [max(a, len(c)) for a, c in zip(w, r)]
-    lines = [] if no_headers else ["   ".join(h.ljust(x) for h, x in zip(headers, w)).rstrip()]
+        w = [max(a, len(c)) for a, c in zip(w, r, strict=False)]
+    lines = (
+        []
+        if no_headers
+        else ["   ".join(h.ljust(x) for h, x in zip(headers, w, strict=False)).rstrip()]
+    )
     for r in cells:
-        lines.append("   ".join(c.ljust(x) for c, x in zip(r, w)).rstrip())
+        lines.append("   ".join(c.ljust(x) for c, x in zip(r, w, strict=False)).rstrip())
     return "\n".join(lines)
 
 

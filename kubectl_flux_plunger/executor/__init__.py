@@ -16,7 +16,7 @@ pushing its stale view through.  One job per module:
 from __future__ import annotations
 
 import datetime as dt
-from typing import Callable
+from collections.abc import Callable
 
 from .. import detect, plan
 from ..events import Recorder

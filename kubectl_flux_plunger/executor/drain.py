@@ -7,9 +7,11 @@ caller stops us, or the deadline passes."""
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from .. import plan
 from ..kube import KubeError
@@ -36,7 +38,7 @@ def _ignore(*_: object) -> None:
 class Drain:
     def __init__(
         self,
-        executor: "Executor",
+        executor: Executor,
         *,
         poll: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
@@ -97,10 +99,8 @@ class Drain:
             if self.clock() >= deadline:
                 return DrainReport(count, passes, False)
             if not settled and self._wait(deadline):
-                try:  # one last look so the count reported is current
+                with contextlib.suppress(KubeError):  # one last look: report a current count
                     count = len(held())
-                except KubeError:
-                    pass
                 return DrainReport(count, passes, count == 0)
 
     def _wait(self, deadline: float) -> bool:

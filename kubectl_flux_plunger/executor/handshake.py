@@ -10,6 +10,7 @@ observed our suspended generation — is awaited on the same stream.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -84,10 +85,8 @@ class ReleaseWatch:
     def _shutdown(self) -> None:
         resp = self._resp
         if resp is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing a stream that already ended
                 getattr(resp, "shutdown", resp.close)()
-            except Exception:  # noqa: BLE001 - closing a stream that already ended
-                pass
 
     def close(self) -> None:
         self._closed.set()

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import time
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from .. import detect, ownership, plan, storage, writes
 from ..events import Recorder

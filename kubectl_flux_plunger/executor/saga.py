@@ -4,8 +4,8 @@ the acquire, and a line that says what is left when that fails."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .. import constants as C
 from .. import detect, ownership, plan, storage

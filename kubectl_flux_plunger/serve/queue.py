@@ -20,7 +20,7 @@ import itertools
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 
 class Backoff:

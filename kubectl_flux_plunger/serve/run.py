@@ -14,6 +14,7 @@ instance leads now) and exits 1.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -102,12 +103,12 @@ class Controller:
         # An in-flight recovery notices a stop between handshake watch windows: keep a window
         # well inside the stop bound so SIGTERM aborts it before the delete, in time.
         window = max(0.5, min(5.0, cfg.stop_timeout / 4))
-        opts = dict(
-            fence_warn_after=cfg.fence_warn_after,
-            fence_recheck=cfg.fence_recheck,
-            handshake_timeout=cfg.handshake_timeout,
-            handshake_window=window,
-        )
+        opts = {
+            "fence_warn_after": cfg.fence_warn_after,
+            "fence_recheck": cfg.fence_recheck,
+            "handshake_timeout": cfg.handshake_timeout,
+            "handshake_window": window,
+        }
         self.executor = Executor(
             kube,
             self.recorder,
@@ -190,7 +191,7 @@ class Controller:
                 extra=fields(release=key, status=exc.status),
             )
             return
-        except Exception:  # noqa: BLE001 - a bug in one pass must not kill the worker
+        except Exception:  # a bug in one pass must not kill the worker (logged)
             self.metrics.error()
             delay = self.queue.add_rate_limited(key)
             log.exception("reconcile crashed; retrying in %.1fs", delay, extra=fields(release=key))
@@ -259,7 +260,7 @@ class Controller:
     def _elect(self) -> None:
         try:
             self.elector.run(self.stopping)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("leader election crashed")
             self.elector.lost.set()
             self._lost()
@@ -270,10 +271,8 @@ class Controller:
         if self.signals > 1:
             log.error("received %s again: exiting at once", name)
             for h in logging.getLogger().handlers:
-                try:
+                with contextlib.suppress(Exception):
                     h.flush()
-                except Exception:  # noqa: BLE001
-                    pass
             os._exit(1)
         log.info("received %s: stopping (send it again to exit at once)", name)
         self.stopping.set()

@@ -194,7 +194,7 @@ class Watcher:
                 if self.metrics is not None:
                     self.metrics.error()
                 stop.wait(delay)
-            except Exception:  # noqa: BLE001 - never let the watch thread die
+            except Exception:  # never let the watch thread die (logged with the traceback)
                 delay = min(BACKOFF_CAP, BACKOFF_BASE * (2 ** min(failures, 10)))
                 failures += 1
                 log.exception("watch: unexpected failure; relisting in %.1fs", delay)

@@ -4,8 +4,9 @@ with bounded concurrency across releases (each release is handled by one thread)
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import Any, Callable
+from typing import Any
 
 from .. import plan
 from ..detect import is_fenced, is_suspended

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 from .. import detect, ownership, writes
 from ..executor import Executor, Outcome, Result
 from ..executor.drain import Drain
-from ..plan import Row
 from ..kube import Kube, KubeError
+from ..plan import Row
 
 MAX_FENCE_REMOVALS = 8
 DEFAULT_CONCURRENCY = 8

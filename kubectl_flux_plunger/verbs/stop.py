@@ -3,17 +3,16 @@
 What an uninstall of the controller must do first: scale its Deployment to zero (nothing
 may touch a HelmRelease before that succeeded: a running flux-plunger could fence again
 behind the sweep; a Deployment that does not exist has nothing to stop, e.g. the hook
-running again after it was deleted, and the sweep goes on), then wait a bounded time for its pods to go (their own drain releases
-what it can inside the grace period).  The chart's pre-delete hook runs this with the
-controller's own image: one image, one tool.
+running again after it was deleted, and the sweep goes on), then wait a bounded time for
+its pods to go (their own drain releases what it can inside the grace period).  The chart's
+pre-delete hook runs this with the controller's own image: one image, one tool.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..kube import Kube, KubeError
 
