@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from . import constants as C
+from .objects import Obj
 
 JSON = "application/json"
 READ_VERBS = frozenset({"GET", "LIST"})
@@ -40,7 +41,7 @@ class KubeError(Exception):
     Callers catch the subclass that names what happened (``except Conflict:``); the
     status-code properties stay for code that still asks them."""
 
-    def __init__(self, status: int, reason: str, message: str, body: dict | None = None):
+    def __init__(self, status: int, reason: str, message: str, body: Obj | None = None):
         super().__init__(message)
         self.status = status
         self.reason = reason
@@ -158,7 +159,7 @@ _BY_STATUS: dict[int, type[KubeError]] = {
 }
 
 
-def kube_error(status: int, reason: str, message: str, body: dict | None = None) -> KubeError:
+def kube_error(status: int, reason: str, message: str, body: Obj | None = None) -> KubeError:
     """The KubeError subclass for ``status``."""
     cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else KubeError)
     return cls(status, reason, message, body)
@@ -226,7 +227,7 @@ def _client_modules():
     import sys
     import types
 
-    def stand_in(name: str, lazy: dict):
+    def stand_in(name: str, lazy: Obj):
         spec = importlib.util.find_spec(name)
         mod = types.ModuleType(name)
         mod.__path__ = list(spec.submodule_search_locations)
@@ -500,7 +501,7 @@ class Kube:
         method: str,
         path: str,
         *,
-        query: dict | None = None,
+        query: Obj | None = None,
         body: Any = None,
         content_type: str | None = None,
         write: bool = False,
@@ -541,7 +542,7 @@ class Kube:
         method: str,
         path: str,
         *,
-        query: dict | None,
+        query: Obj | None,
         body: Any,
         content_type: str | None,
         write: bool,
@@ -600,7 +601,7 @@ class Kube:
 
     # -- HelmReleases --------------------------------------------------------------
 
-    def get_hr(self, namespace: str, name: str) -> dict | None:
+    def get_hr(self, namespace: str, name: str) -> Obj | None:
         """A fresh read; None when the release does not exist."""
         try:
             return self.request("GET", "GET", hr_path(namespace, name))
@@ -611,13 +612,13 @@ class Kube:
 
     def list_hrs(
         self, namespace: str | None = None, label_selector: str | None = None
-    ) -> list[dict]:
+    ) -> list[Obj]:
         """Every HelmRelease of a fresh (paged) LIST."""
         return [hr for items, _ in self.iter_hr_pages(namespace, label_selector) for hr in items]
 
     def iter_hr_pages(
         self, namespace: str | None = None, label_selector: str | None = None, limit: int = 500
-    ) -> Iterator[tuple[list[dict], str]]:
+    ) -> Iterator[tuple[list[Obj], str]]:
         """The pages of a fresh LIST, one at a time (``serve`` never holds every release in
         memory at once). Yields (items of one page, list resourceVersion)."""
         cont = None
@@ -642,7 +643,7 @@ class Kube:
         timeout_seconds: int = 300,
         field_selector: str | None = None,
         opened: Callable[[Any], None] | None = None,
-    ) -> Iterator[dict]:
+    ) -> Iterator[Obj]:
         """Stream watch events (dicts with ``type`` and ``object``) with bookmarks.
         A 410 arrives as an ERROR event or as a KubeError(status=410).  ``opened`` gets the
         streaming response once the apiserver answered (another thread may shut it down)."""
@@ -692,7 +693,7 @@ class Kube:
         finally:
             resp.release_conn()
 
-    def apply_hr(self, body: dict, *, force: bool = False) -> dict:
+    def apply_hr(self, body: Obj, *, force: bool = False) -> Obj:
         """Server-side apply by manager ``flux-plunger`` of a minimal body."""
         md = body["metadata"]
         return self.request(
@@ -706,8 +707,8 @@ class Kube:
         )
 
     def merge_patch_hr(
-        self, namespace: str, name: str, patch: dict, *, field_manager: str = C.CLIENT_SIDE_MANAGER
-    ) -> dict:
+        self, namespace: str, name: str, patch: Obj, *, field_manager: str = C.CLIENT_SIDE_MANAGER
+    ) -> Obj:
         return self.request(
             "PATCH",
             "PATCH",
@@ -719,8 +720,8 @@ class Kube:
         )
 
     def json_patch_hr(
-        self, namespace: str, name: str, ops: list[dict], *, field_manager: str = C.FIELD_MANAGER
-    ) -> dict:
+        self, namespace: str, name: str, ops: list[Obj], *, field_manager: str = C.FIELD_MANAGER
+    ) -> Obj:
         return self.request(
             "PATCH",
             "PATCH",
@@ -733,7 +734,7 @@ class Kube:
 
     # -- Helm storage Secrets -------------------------------------------------------
 
-    def list_secrets(self, namespace: str, label_selector: str) -> list[dict]:
+    def list_secrets(self, namespace: str, label_selector: str) -> list[Obj]:
         out = self.request(
             "LIST", "GET", core_path("secrets", namespace), query={"labelSelector": label_selector}
         )
@@ -741,7 +742,7 @@ class Kube:
 
     def delete_secret(
         self, namespace: str, name: str, uid: str, resource_version: str | None = None
-    ) -> dict:
+    ) -> Obj:
         """DELETE with uid and resourceVersion preconditions: a Secret re-created under the
         same name stays, and so does one rewritten in place (Helm updates release Secrets
         keeping their uid) since it was judged.  A failed precondition answers 409.
@@ -769,7 +770,7 @@ class Kube:
 
     # -- Events --------------------------------------------------------------------
 
-    def get_event(self, namespace: str, name: str) -> dict | None:
+    def get_event(self, namespace: str, name: str) -> Obj | None:
         try:
             return self.request("GET", "GET", core_path("events", namespace, name))
         except KubeError as exc:
@@ -777,7 +778,7 @@ class Kube:
                 return None
             raise
 
-    def create_event(self, namespace: str, body: dict) -> dict:
+    def create_event(self, namespace: str, body: Obj) -> Obj:
         return self.request(
             "CREATE",
             "POST",
@@ -787,7 +788,7 @@ class Kube:
             write=True,
         )
 
-    def patch_event(self, namespace: str, name: str, patch: dict) -> dict:
+    def patch_event(self, namespace: str, name: str, patch: Obj) -> Obj:
         return self.request(
             "PATCH",
             "PATCH",
@@ -799,7 +800,7 @@ class Kube:
 
     # -- Leases --------------------------------------------------------------------
 
-    def get_lease(self, namespace: str, name: str) -> dict | None:
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
         try:
             return self.request("GET", "GET", lease_path(namespace, name))
         except KubeError as exc:
@@ -807,17 +808,17 @@ class Kube:
                 return None
             raise
 
-    def create_lease(self, namespace: str, body: dict) -> dict:
+    def create_lease(self, namespace: str, body: Obj) -> Obj:
         return self.request("CREATE", "POST", lease_path(namespace), body=body, content_type=JSON)
 
-    def update_lease(self, namespace: str, name: str, body: dict) -> dict:
+    def update_lease(self, namespace: str, name: str, body: Obj) -> Obj:
         return self.request(
             "UPDATE", "PUT", lease_path(namespace, name), body=body, content_type=JSON
         )
 
     # -- the controller's Deployment (release-fence --stop-deployment) --------------
 
-    def get_deployment(self, namespace: str, name: str) -> dict | None:
+    def get_deployment(self, namespace: str, name: str) -> Obj | None:
         try:
             return self.request(
                 "GET",
@@ -830,7 +831,7 @@ class Kube:
                 return None
             raise
 
-    def scale_deployment(self, namespace: str, name: str, replicas: int) -> dict:
+    def scale_deployment(self, namespace: str, name: str, replicas: int) -> Obj:
         """Merge patch of the scale subresource (what `kubectl scale` sends)."""
         return self.request(
             "PATCH",
@@ -842,7 +843,7 @@ class Kube:
             write=True,
         )
 
-    def list_pods(self, namespace: str, label_selector: str) -> list[dict]:
+    def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
         out = self.request(
             "LIST", "GET", core_path("pods", namespace), query={"labelSelector": label_selector}
         )
@@ -850,10 +851,10 @@ class Kube:
 
     # -- discovery -----------------------------------------------------------------
 
-    def server_version(self) -> dict:
+    def server_version(self) -> Obj:
         return self.request("GET", "GET", "/version")
 
-    def list_deployments_any(self, label_selector: str) -> list[dict]:
+    def list_deployments_any(self, label_selector: str) -> list[Obj]:
         out = self.request(
             "LIST", "GET", "/apis/apps/v1/deployments", query={"labelSelector": label_selector}
         )
@@ -892,7 +893,7 @@ def _retry_after(exc: KubeError, attempt: int) -> float:
 
 
 def _error_from(status: int, raw: bytes, retry_after: str | None = None) -> KubeError:
-    body: dict = {}
+    body: Obj = {}
     try:
         body = json.loads(raw) if raw else {}
     except ValueError:

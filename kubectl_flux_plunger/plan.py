@@ -23,6 +23,7 @@ from .detect import (
     processed_annotation_present,
     uninstall_reached,
 )
+from .objects import Obj
 from .ownership import owns_suspend
 
 
@@ -146,13 +147,13 @@ def _decision(
     return Decision(action, row, reason, event, requeue_after)
 
 
-def _fence_or_nothing(hr: dict) -> Action:
+def _fence_or_nothing(hr: Obj) -> Action:
     """Remove our fence when present; otherwise there is nothing of ours to undo."""
     return Action.REMOVE_FENCE if is_fenced(hr) else Action.NOTHING
 
 
 def _decide_terminating(
-    hr: dict, now: datetime, fence_warn_after: float, fence_recheck: float
+    hr: Obj, now: datetime, fence_warn_after: float, fence_recheck: float
 ) -> Decision:
     """Rows for a HelmRelease with a deletionTimestamp."""
     if is_suspended(hr) and owns_suspend(hr):
@@ -192,7 +193,7 @@ def _decide_terminating(
     )
 
 
-def _decide_live(hr: dict) -> Decision:
+def _decide_live(hr: Obj) -> Decision:
     """Rows for a HelmRelease without a deletionTimestamp."""
     if is_suspended(hr) and not owns_suspend(hr):
         recovered = processed_annotation_present(hr)
@@ -220,7 +221,7 @@ def _decide_live(hr: dict) -> Decision:
 
 
 def decide(
-    hr: dict | None,
+    hr: Obj | None,
     now: datetime,
     *,
     fence_warn_after: float = constants.FENCE_HELD_WARN_SECONDS,
@@ -238,7 +239,7 @@ def decide(
     return _decide_live(hr)
 
 
-def predicate(hr: dict) -> bool:
+def predicate(hr: Obj) -> bool:
     """The watch filter (SPEC §8): could a pass over this release do anything?"""
     suspended = is_suspended(hr)
     return (
@@ -268,7 +269,7 @@ class StorageVerdict:
     choice: storage.Choice
 
 
-def storage_verdict(hr: dict, secrets: list[dict]) -> StorageVerdict:
+def storage_verdict(hr: Obj, secrets: list[Obj]) -> StorageVerdict:
     choice = storage.choose_revision(hr, secrets)
     newest = choice.revision.number if choice.revision is not None else None
     # first: did we just recover it? (its newest revision is then one helm-controller

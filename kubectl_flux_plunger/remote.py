@@ -329,7 +329,7 @@ class RemoteKube(Kube):
         return self._remote.server
 
     def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = super()._headers(content_type)
+        headers: dict[str, str] = super()._headers(content_type)
         cfg = self._remote
         if cfg.username and not cfg.token:
             pair = f"{cfg.username}:{cfg.password or ''}".encode()

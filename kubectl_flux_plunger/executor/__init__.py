@@ -21,6 +21,7 @@ from collections.abc import Callable
 from .. import detect, plan
 from ..events import Recorder
 from ..kube import Kube, KubeError
+from ..objects import Obj
 from ..remote import Remotes
 from .dryrun import DryRun
 from .outcome import (
@@ -77,7 +78,7 @@ class Executor(DryRun):
                 return Outcome(namespace, name, Result.UNCHANGED, d.reason, row=d.row)
         return self.apply_decision(namespace, name, hr)
 
-    def apply_decision(self, namespace: str, name: str, hr: dict | None) -> Outcome:
+    def apply_decision(self, namespace: str, name: str, hr: Obj | None) -> Outcome:
         d = plan.decide(
             hr,
             self.clock(),
@@ -112,7 +113,7 @@ class Executor(DryRun):
         return out
 
     def settle(
-        self, hr: dict, *, only_rows: frozenset[str] | None = None, fresh: bool = False
+        self, hr: Obj, *, only_rows: frozenset[str] | None = None, fresh: bool = False
     ) -> Outcome:
         """Determine → act → re-determine until nothing changes (bounded, like
         helm-controller's AtomicRelease): one-shot verbs finish what an interrupted run
@@ -125,7 +126,7 @@ class Executor(DryRun):
         md = hr["metadata"]
         ns, name = md["namespace"], md["name"]
         prev: Outcome | None = None
-        current: dict | None = hr
+        current: Obj | None = hr
         out = Outcome(ns, name, Result.UNCHANGED, "")
         try:
             for _ in range(MAX_PASSES):

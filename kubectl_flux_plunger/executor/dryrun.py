@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from .. import constants as C
 from .. import plan, writes
+from ..objects import Obj
 from .outcome import Outcome, Result
 from .saga import DELETE, RECOVERY_STEPS, Saga, step_args
 
 
 class DryRun(Saga):
-    def _plan_only(self, hr: dict, d: plan.Decision, out: Outcome) -> Outcome:
+    def _plan_only(self, hr: Obj, d: plan.Decision, out: Outcome) -> Outcome:
         out.result = Result.PLANNED
         if d.action is plan.Action.RELINQUISH:
             out.steps.append(

@@ -19,6 +19,7 @@ from typing import Any
 
 from .. import detect
 from ..kube import Kube, KubeError
+from ..objects import Obj
 from .outcome import Stopped
 from .primitives import Primitives
 
@@ -37,12 +38,12 @@ class ReleaseWatch:
     """One WATCH of one release from the rv of ``hr``; ``latest`` is its newest state
     (None once it is deleted or replaced by another object under the same name)."""
 
-    def __init__(self, kube: Kube, hr: dict, timeout: float):
+    def __init__(self, kube: Kube, hr: Obj, timeout: float):
         md = hr["metadata"]
         self.namespace, self.name, self.uid = md["namespace"], md["name"], md.get("uid")
-        self.latest: dict | None = hr
+        self.latest: Obj | None = hr
         self.ended = False
-        self._q: queue.Queue[dict] = queue.Queue()
+        self._q: queue.Queue[Obj] = queue.Queue()
         self._resp: Any = None
         self._open = threading.Event()
         self._closed = threading.Event()
@@ -94,7 +95,7 @@ class ReleaseWatch:
 
     # -- the consumer ---------------------------------------------------------------
 
-    def _take(self, ev: dict) -> None:
+    def _take(self, ev: Obj) -> None:
         kind, obj = ev.get("type"), ev.get("object") or {}
         if kind in (_END, "ERROR"):
             self.ended = True
@@ -114,7 +115,7 @@ class ReleaseWatch:
         self._take(ev)
         return not self.ended
 
-    def settle(self) -> dict | None:
+    def settle(self) -> Obj | None:
         """The newest state once the replay since the read has arrived and, if the release
         is being written (helm-controller mid-attempt), once the writes have paused."""
         self._open.wait(SETTLE_BOUND)
@@ -126,7 +127,7 @@ class ReleaseWatch:
                 break
         return self.latest
 
-    def newer_than(self, hr: dict, timeout: float) -> dict | None:
+    def newer_than(self, hr: Obj, timeout: float) -> Obj | None:
         """After a 409 on ``hr``: the newer state the stream carries (waiting up to
         ``timeout`` for it), then any writes queued right behind it; None when the stream
         cannot tell (ended, or nothing came)."""
@@ -147,7 +148,7 @@ class ReleaseWatch:
 
 
 class Handshake(Primitives):
-    def _await_handshake(self, hr: dict, watch: ReleaseWatch | None = None) -> dict | None:
+    def _await_handshake(self, hr: Obj, watch: ReleaseWatch | None = None) -> Obj | None:
         """Wait (bounded) until helm-controller has observed the suspended generation, on
         ``watch`` (opened before the acquire) or by watching this one release from the rv
         of our acquire, so no revision goes while it may be mid-action.  Returns the last
@@ -156,7 +157,7 @@ class Handshake(Primitives):
         if self.kube.dry_run:
             return hr  # nothing was persisted: there is nothing to observe
         deadline = time.monotonic() + self.opt.handshake_timeout
-        fresh: dict | None = hr
+        fresh: Obj | None = hr
         if watch is not None:
             # on the stream opened before the acquire; should it end early, the loop
             # below watches again from the last state it carried
@@ -172,12 +173,12 @@ class Handshake(Primitives):
             fresh = self._watch_one(fresh, min(remaining, self.opt.handshake_window))
         return fresh
 
-    def _await_on(self, watch: ReleaseWatch, held: dict, deadline: float) -> dict | None:
+    def _await_on(self, watch: ReleaseWatch, held: Obj, deadline: float) -> Obj | None:
         """The handshake on the watch opened before the acquire.  Events older than our
         acquire (a lower generation) are skipped; the newest state at least as new is
         returned once helm-controller observed it, the release is going, or time is up."""
         generation = detect.generation(held) or 0
-        current: dict | None = held
+        current: Obj | None = held
         while True:
             latest = watch.latest
             if latest is None:
@@ -198,7 +199,7 @@ class Handshake(Primitives):
             if not watch.next(min(remaining, self.opt.handshake_window)) and watch.ended:
                 return current
 
-    def _watch_one(self, hr: dict, window: float) -> dict | None:
+    def _watch_one(self, hr: Obj, window: float) -> Obj | None:
         """Follow one release for up to ``window`` seconds from the rv we last saw; return
         its newest state once helm-controller has observed it (or it is going)."""
         md = hr["metadata"]

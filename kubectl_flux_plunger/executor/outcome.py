@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from .. import constants as C
 from .. import plan
 from ..backup import Backup
+from ..objects import Obj
 
 TERMINATING_DETAIL = (
     "the release began terminating during recovery; storage left intact "
@@ -65,7 +66,7 @@ class Outcome:
     steps: list[str] = field(default_factory=list)  # dry-run plan / what was done
     backup: str = ""  # where the deleted Secret was saved (recover --backup-dir, serve)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> Obj:
         out = {
             "namespace": self.namespace,
             "name": self.name,
@@ -94,7 +95,7 @@ class Options:
     backup: Backup | None = None  # where a Secret is saved right before its DELETE
 
 
-def leftover_hint(hr: dict) -> str:
+def leftover_hint(hr: Obj) -> str:
     """What is left after a failed clean-up, and the command that lifts it."""
     md = hr["metadata"]
     return (
@@ -103,7 +104,7 @@ def leftover_hint(hr: dict) -> str:
     )
 
 
-def fence_hint(hr: dict) -> str:
+def fence_hint(hr: Obj) -> str:
     md = hr["metadata"]
     return (
         f"flux-plunger's uninstall fence is left on it: `kubectl flux-plunger "

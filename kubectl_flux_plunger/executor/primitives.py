@@ -13,6 +13,7 @@ from typing import TypeVar
 from .. import detect, ownership, plan, storage, writes
 from ..events import Recorder
 from ..kube import Conflict, Kube, KubeError, core_path
+from ..objects import Obj
 from ..remote import Remotes, storage_cluster
 from .outcome import Options
 
@@ -27,10 +28,10 @@ class Primitives:
     should_stop: Callable[[], bool]
     remotes: Remotes
 
-    def _event(self, hr: dict, spec: plan.EventSpec) -> None:
+    def _event(self, hr: Obj, spec: plan.EventSpec) -> None:
         self.recorder.record(hr, spec.reason, spec.type, spec.message)
 
-    def _fresh(self, hr: dict) -> dict | None:
+    def _fresh(self, hr: Obj) -> Obj | None:
         md = hr["metadata"]
         fresh = self.kube.get_hr(md["namespace"], md["name"])
         if fresh is not None and fresh["metadata"].get("uid") != md.get("uid"):
@@ -39,13 +40,13 @@ class Primitives:
 
     def retry_on_conflict(
         self,
-        hr: dict | None,
-        attempt: Callable[[dict], R],
+        hr: Obj | None,
+        attempt: Callable[[Obj], R],
         *,
         what: str,
         timeout: float,
         transient: bool = False,
-        reread: Callable[[dict], dict | None] | None = None,
+        reread: Callable[[Obj], Obj | None] | None = None,
         stop: Callable[[], bool] | None = None,
     ) -> R | None:
         """The one conflict loop of every write primitive.
@@ -61,7 +62,7 @@ class Primitives:
         raises KubeError instead of writing (a caller's deadline passed).  Returns
         ``attempt``'s value, or None when the release is gone."""
         deadline = time.monotonic() + timeout
-        current: dict | None = hr
+        current: Obj | None = hr
         delay, fresh = 0.0, True  # fresh: ``current`` is the newest read (attempt it)
         while True:
             if current is None:
@@ -91,7 +92,7 @@ class Primitives:
             delay = min(max(delay * 2, 0.05), 1.0)
             fresh = False
 
-    def relinquish(self, hr: dict) -> dict | None:
+    def relinquish(self, hr: Obj) -> Obj | None:
         """Lift our suspension (fence kept only on a terminating, fenced release).
 
         Unforced, with rv+uid of ``hr``.  On 409 (or a transient failure) re-read: while we
@@ -99,7 +100,7 @@ class Primitives:
         ``Options.relinquish_timeout`` seconds; once we no longer own it there is nothing
         to lift.  Returns the object after the write, or None when there was nothing to do."""
 
-        def attempt(current: dict) -> dict | None:
+        def attempt(current: Obj) -> Obj | None:
             if not ownership.owns_suspend(current):
                 return None
             return self.kube.apply_hr(writes.relinquish_body(current))
@@ -113,15 +114,15 @@ class Primitives:
         )
 
     def remove_fence(
-        self, hr: dict, *, timeout: float | None = None, stop: Callable[[], bool] | None = None
-    ) -> dict | None:
+        self, hr: Obj, *, timeout: float | None = None, stop: Callable[[], bool] | None = None
+    ) -> Obj | None:
         """The one fence-removal primitive (the executor and release-fence): drop every
         copy of our fence, never spec.suspend, with a guarded JSON patch testing rv, uid and
         each fence index.  Re-reads and re-decides on conflict (the one retry rule of
         ``retry_on_conflict``).  Returns the release after the patch, or None when there
         was no fence to remove (or the release is gone)."""
 
-        def attempt(current: dict) -> dict | None:
+        def attempt(current: Obj) -> Obj | None:
             ops = writes.remove_fence_json_patch(current)
             if ops is None:
                 return None
@@ -139,12 +140,12 @@ class Primitives:
 
     def acquire(
         self,
-        hr: dict,
+        hr: Obj,
         revision: int,
         *,
-        first: dict | None = None,
-        reread: Callable[[dict, bool], dict | None] | None = None,
-    ) -> dict | None:
+        first: Obj | None = None,
+        reread: Callable[[Obj, bool], Obj | None] | None = None,
+    ) -> Obj | None:
         """Suspend + fence in one apply.  Unforced first.  A 409 re-reads and re-decides:
         nothing is acquired once the release is terminating, suspended, no longer needs
         recovery or ``revision`` was processed meanwhile.  A stale resourceVersion (e.g.
@@ -157,7 +158,7 @@ class Primitives:
         after the write, or None when not acquired."""
         force = False
 
-        def attempt(current: dict) -> dict | None:
+        def attempt(current: Obj) -> Obj | None:
             nonlocal force
             if current is not hr and (
                 detect.is_terminating(current)
@@ -172,7 +173,7 @@ class Primitives:
                 force = exc.field_manager_conflict
                 raise
 
-        def again(current: dict) -> dict | None:
+        def again(current: Obj) -> Obj | None:
             return self._fresh(current) if reread is None else reread(current, not force)
 
         return self.retry_on_conflict(
@@ -183,13 +184,13 @@ class Primitives:
             reread=again,
         )
 
-    def _record(self, hr: dict, revision: int) -> tuple[dict | None, bool]:
+    def _record(self, hr: Obj, revision: int) -> tuple[Obj | None, bool]:
         """Write the processed-version annotation (rv-locked).  On 409 re-read: while the
         release is still ours, live and unchanged in spec, retry with the fresh evidence;
         otherwise return (last read, False) so the caller stops before the delete."""
         generation = hr["metadata"].get("generation")
 
-        def attempt(current: dict) -> tuple[dict | None, bool]:
+        def attempt(current: Obj) -> tuple[Obj | None, bool]:
             if current is not hr and (
                 detect.is_terminating(current)
                 or not ownership.owns_suspend(current)
@@ -205,7 +206,7 @@ class Primitives:
             hr, attempt, what="recording the revision", timeout=self.opt.acquire_timeout
         ) or (None, False)
 
-    def list_storage(self, hr: dict) -> list[dict]:
+    def list_storage(self, hr: Obj) -> list[Obj]:
         """The release's Helm storage Secrets (one LIST).  Every read of storage goes
         through here, so a release whose storage lives elsewhere can be routed in one place.
         Storage of a ``spec.kubeConfig`` release is listed in its remote cluster (a
@@ -213,12 +214,12 @@ class Primitives:
         ns, release = storage.storage_namespace(hr), storage.release_name(hr)
         return self.remotes.storage_kube(hr).list_secrets(ns, storage.label_selector(release))
 
-    def storage_where(self, hr: dict) -> str:
+    def storage_where(self, hr: Obj) -> str:
         """`` in cluster <server>`` when ``hr``'s storage is remote, else nothing."""
         cluster = storage_cluster(self.remotes.storage_kube(hr, reuse=True))
         return "" if cluster == "local" else f" in cluster {cluster}"
 
-    def delete_revision(self, hr: dict, rev: storage.Revision) -> str:
+    def delete_revision(self, hr: Obj, rev: storage.Revision) -> str:
         """DELETE the one judged storage Secret, preconditioned on its uid and
         resourceVersion (SPEC §5): a Secret rewritten or re-created since the LIST answers
         409 instead of going.  This is the single place right before a revision goes: with

@@ -11,6 +11,7 @@ from .. import constants as C
 from .. import detect, ownership, plan, storage
 from ..backup import BackupError
 from ..kube import KubeError
+from ..objects import Obj
 from ..remote import RemoteError, Unsupported
 from .handshake import SETTLE_BOUND, Handshake, ReleaseWatch
 from .outcome import TERMINATING_DETAIL, Outcome, Result, Stopped, fence_hint, leftover_hint
@@ -62,7 +63,7 @@ REREAD_WAIT = 2.0
 
 
 class Saga(Handshake):
-    def _choose(self, hr: dict, out: Outcome) -> storage.Choice | None:
+    def _choose(self, hr: Obj, out: Outcome) -> storage.Choice | None:
         """List the release's Helm storage and pick the revision to delete (SPEC §4) past
         the already-processed guard; None (with ``out`` saying why) when there is none."""
         try:
@@ -88,7 +89,7 @@ class Saga(Handshake):
             return None
         return choice
 
-    def recover(self, hr: dict, out: Outcome) -> None:
+    def recover(self, hr: Obj, out: Outcome) -> None:
         choice = self._choose(hr, out)
         if choice is None:
             return
@@ -110,12 +111,12 @@ class Saga(Handshake):
             if watch is not None:
                 watch.close()
 
-    def _newer(self, watch: ReleaseWatch | None) -> Callable[[dict, bool], dict | None] | None:
+    def _newer(self, watch: ReleaseWatch | None) -> Callable[[Obj, bool], Obj | None] | None:
         """Where the acquire takes the state after a 409: the stream when there is one."""
         if watch is None:
             return None
 
-        def reread(current: dict, changed: bool) -> dict | None:
+        def reread(current: Obj, changed: bool) -> Obj | None:
             newer = watch.newer_than(current, REREAD_WAIT if changed else 0.0)
             if newer is not None:
                 return newer
@@ -126,7 +127,7 @@ class Saga(Handshake):
         return reread
 
     def _recover_watched(
-        self, hr: dict, choice: storage.Choice, out: Outcome, watch: ReleaseWatch | None
+        self, hr: Obj, choice: storage.Choice, out: Outcome, watch: ReleaseWatch | None
     ) -> None:
         rev = choice.revision
         assert rev is not None and rev.number is not None
@@ -159,7 +160,7 @@ class Saga(Handshake):
             return
         out.steps.append(ACQUIRE.done)
         # From here on every exit relinquishes exactly once.
-        current: dict | None = held
+        current: Obj | None = held
         try:
             current = self._holding(held, rev.number, out, watch)
             if current is None or out.result == Result.DEFERRED:
@@ -179,8 +180,8 @@ class Saga(Handshake):
             self._final_relinquish(current, out)
 
     def _holding(
-        self, held: dict, revision: int, out: Outcome, watch: ReleaseWatch | None = None
-    ) -> dict | None:
+        self, held: Obj, revision: int, out: Outcome, watch: ReleaseWatch | None = None
+    ) -> Obj | None:
         """While holding the release: wait for helm-controller's handshake, then record the
         revision rv-locked to the state just judged.  Returns that state, or sets ``out``
         to deferred (and returns the last state seen) when the delete must not happen."""
@@ -225,7 +226,7 @@ class Saga(Handshake):
         return current
 
     def _delete_judged(
-        self, current: dict, choice: storage.Choice, out: Outcome
+        self, current: Obj, choice: storage.Choice, out: Outcome
     ) -> storage.Revision | None:
         """DELETE the judged revision.  A 409 (the Secret was rewritten in place since the
         LIST, e.g. Helm marked it deployed) or 404 re-decides on a fresh LIST while we still
@@ -274,7 +275,7 @@ class Saga(Handshake):
         )
         return rev
 
-    def _recorded_event(self, hr: dict, rev: storage.Revision, backup: str = "") -> None:
+    def _recorded_event(self, hr: Obj, rev: storage.Revision, backup: str = "") -> None:
         """A Normal ``Recovered`` Event naming the revision and Secret deleted (its cluster
         when remote) and where it was saved."""
         if self.kube.dry_run:
@@ -288,7 +289,7 @@ class Saga(Handshake):
             + (f"; backup: {backup}" if backup else ""),
         )
 
-    def _final_relinquish(self, current: dict | None, out: Outcome) -> None:
+    def _final_relinquish(self, current: Obj | None, out: Outcome) -> None:
         """The one relinquish of every exit after the acquire.  When someone else took
         spec.suspend meanwhile there is nothing of ours to lift, but our fence must not
         outlive us (SPEC §6: live → drop it; terminating and suspended by another manager
@@ -313,7 +314,7 @@ class Saga(Handshake):
                 out.detail = f"{out.detail}; {cleanup}"
             out.result, out.failed = Result.FAILED, True
 
-    def _drop_fence_not_ours(self, current: dict) -> bool:
+    def _drop_fence_not_ours(self, current: Obj) -> bool:
         """Our suspension is not ours any more: on a fresh read, drop our fence where SPEC
         §6 says it must not outlive us (live; terminating and suspended by another
         manager).  True when a fence was removed."""
@@ -329,7 +330,7 @@ class Saga(Handshake):
             return self.remove_fence(fresh) is not None
         return False
 
-    def _relinquish_or_warn(self, hr: dict, out: Outcome) -> None:
+    def _relinquish_or_warn(self, hr: Obj, out: Outcome) -> None:
         try:
             lifted = self.relinquish(hr)
             removed = lifted is None and self._drop_fence_not_ours(hr)
@@ -352,7 +353,7 @@ class Saga(Handshake):
         out.result = Result.RELINQUISHED
         out.steps.append("lifted our suspension")
 
-    def _remove_fence(self, hr: dict, out: Outcome) -> None:
+    def _remove_fence(self, hr: Obj, out: Outcome) -> None:
         try:
             removed = self.remove_fence(hr) is not None
         except KubeError as exc:

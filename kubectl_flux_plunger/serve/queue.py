@@ -36,7 +36,7 @@ class Backoff:
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
         # 2**n overflows nothing in Python, but keep the exponent small anyway
-        return min(self.cap, self.base * (2 ** min(n, 62)))
+        return min(self.cap, self.base * float(2 ** min(n, 62)))
 
     def failures(self, key: str) -> int:
         return self._failures.get(key, 0)

@@ -15,6 +15,7 @@ instance leads now) and exits 1.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -22,6 +23,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from types import FrameType
 
 from .. import constants as C
 from ..backup import Backup
@@ -103,20 +105,20 @@ class Controller:
         # An in-flight recovery notices a stop between handshake watch windows: keep a window
         # well inside the stop bound so SIGTERM aborts it before the delete, in time.
         window = max(0.5, min(5.0, cfg.stop_timeout / 4))
-        opts = {
-            "fence_warn_after": cfg.fence_warn_after,
-            "fence_recheck": cfg.fence_recheck,
-            "handshake_timeout": cfg.handshake_timeout,
-            "handshake_window": window,
-        }
+        timings = Options(
+            fence_warn_after=cfg.fence_warn_after,
+            fence_recheck=cfg.fence_recheck,
+            handshake_timeout=cfg.handshake_timeout,
+            handshake_window=window,
+        )
         self.executor = Executor(
             kube,
             self.recorder,
-            options=Options(backup=cfg.backup, **opts),
+            options=dataclasses.replace(timings, backup=cfg.backup),
             should_stop=self._should_stop,
         )
         self.drain_executor = Executor(
-            kube, self.recorder, options=Options(allow_recover=False, **opts)
+            kube, self.recorder, options=dataclasses.replace(timings, allow_recover=False)
         )
         self.workers: list[threading.Thread] = []
         self._workers_lock = threading.Lock()
@@ -258,14 +260,16 @@ class Controller:
             self._start_workers()
 
     def _elect(self) -> None:
+        elector = self.elector
+        assert elector is not None  # started only with leader election
         try:
-            self.elector.run(self.stopping)
+            elector.run(self.stopping)
         except Exception:
             log.exception("leader election crashed")
-            self.elector.lost.set()
+            elector.lost.set()
             self._lost()
 
-    def handle_signal(self, signum, frame) -> None:  # noqa: ARG002 - signal API
+    def handle_signal(self, signum: int, frame: FrameType | None) -> None:  # noqa: ARG002
         self.signals += 1
         name = signal.Signals(signum).name
         if self.signals > 1:

@@ -14,11 +14,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from .. import plan
 from ..detect import is_fenced
 from ..kube import KubeError
+from ..objects import Obj
 from .logs import fields
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +36,7 @@ PAGE_SIZE = 100
 BACKOFF_BASE, BACKOFF_CAP = 0.5, 30.0
 
 
-def key_of(hr: dict) -> str:
+def key_of(hr: Obj) -> str:
     md = hr.get("metadata") or {}
     return f"{md.get('namespace')}/{md.get('name')}"
 
@@ -39,19 +45,41 @@ class Expired(Exception):
     """The watch's resourceVersion is gone (410): relist."""
 
 
+class Source(Protocol):
+    """What the watcher lists and watches through (``kube.Kube``)."""
+
+    def iter_hr_pages(
+        self, namespace: str | None, label_selector: str | None, limit: int
+    ) -> Iterator[tuple[list[Obj], str]]: ...
+
+    def watch_hrs(
+        self,
+        namespace: str | None,
+        label_selector: str | None,
+        resource_version: str,
+        timeout_seconds: int = ...,
+    ) -> Iterator[Obj]: ...
+
+
+class Keys(Protocol):
+    """Where selected keys go (``queue.WorkQueue``)."""
+
+    def add(self, key: str) -> None: ...
+
+
 class Watcher:
     def __init__(
         self,
-        kube,
-        queue,
+        kube: Source,
+        queue: Keys,
         *,
         namespace: str | None,
         selector: str | None,
         resync_period: float,
-        metrics=None,
+        metrics: Metrics | None = None,
         page_size: int = PAGE_SIZE,
         watch_seconds: int = WATCH_SECONDS,
-    ):
+    ) -> None:
         self.kube, self.queue = kube, queue
         self.namespace, self.selector = namespace, selector
         self.resync_period = resync_period
@@ -69,7 +97,7 @@ class Watcher:
 
     # -- one object ----------------------------------------------------------------
 
-    def _seen(self, hr: dict, deleted: bool = False) -> None:
+    def _seen(self, hr: Obj, deleted: bool = False) -> None:
         key = key_of(hr)
         fenced = not deleted and is_fenced(hr)
         with self._lock:

@@ -12,6 +12,7 @@ from .. import plan
 from ..detect import is_fenced, is_suspended
 from ..executor import Executor, Outcome, Result
 from ..kube import Kube, KubeError
+from ..objects import Obj
 from ..ownership import owns_suspend
 from ..plan import Row
 
@@ -20,7 +21,7 @@ RESUME_ROWS = frozenset({Row.LIVE_SUSPENDED_OWNED, Row.TERMINATING_SUSPENDED_OWN
 
 
 def _one(
-    executor: Executor, hr: dict, only_rows: frozenset[str] | None, fresh: bool = False
+    executor: Executor, hr: Obj, only_rows: frozenset[str] | None, fresh: bool = False
 ) -> Outcome:
     """One release: the executor's bounded determine → act → re-determine loop."""
     return executor.settle(hr, only_rows=only_rows, fresh=fresh)

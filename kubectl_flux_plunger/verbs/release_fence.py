@@ -18,6 +18,7 @@ from .. import detect, ownership, writes
 from ..executor import Executor, Outcome, Result
 from ..executor.drain import Drain
 from ..kube import Kube, KubeError
+from ..objects import Obj
 from ..plan import Row
 
 MAX_FENCE_REMOVALS = 8
@@ -32,7 +33,7 @@ class FenceResult:
     without_uninstall: bool
     detail: str
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> Obj:
         return asdict(self)
 
     def line(self) -> str:
@@ -50,13 +51,13 @@ class FenceResult:
 
 
 def _lift_sole_suspension(
-    prims: Executor, hr: dict, timeout: float, stop: Callable[[], bool] | None = None
-) -> dict | None:
+    prims: Executor, hr: Obj, timeout: float, stop: Callable[[], bool] | None = None
+) -> Obj | None:
     """Lift a suspension flux-plunger alone owns with the guarded JSON patch (never an
     apply).  Returns the release as last read or written (None when gone).  Raises
     KubeError at once for what retrying cannot change, or when ``timeout`` passes."""
 
-    def attempt(current: dict) -> dict:
+    def attempt(current: Obj) -> Obj:
         if not (detect.is_suspended(current) and ownership.sole_owner_is_us(current)):
             return current
         md = current["metadata"]
@@ -75,12 +76,12 @@ def _lift_sole_suspension(
 
 
 def _remove_fences(
-    prims: Executor, hr: dict, deadline: float, stop: Callable[[], bool] | None = None
-) -> dict:
+    prims: Executor, hr: Obj, deadline: float, stop: Callable[[], bool] | None = None
+) -> Obj:
     """Remove every copy of the fence with the executor's one fence-removal primitive;
     a fence that keeps coming back (a controller still running) is an error.  Returns the
     release as last read or written."""
-    current: dict | None = hr
+    current: Obj | None = hr
     last = hr
     for _ in range(MAX_FENCE_REMOVALS):
         if current is None or not detect.is_fenced(current):
@@ -98,7 +99,7 @@ def _remove_fences(
     return last
 
 
-def without_uninstall(hr: dict) -> bool:
+def without_uninstall(hr: Obj) -> bool:
     """Released without an uninstall (SPEC §7): deleted, and helm-controller had not
     handled it — still suspended by another manager (it drops its finalizer without
     uninstalling a suspended release) or its uninstall not reached."""
@@ -110,7 +111,7 @@ def without_uninstall(hr: dict) -> bool:
 
 def release_one(
     kube: Kube,
-    hr: dict,
+    hr: Obj,
     window: float,
     deadline: float | None = None,
     stop: Callable[[], bool] | None = None,
@@ -153,8 +154,8 @@ TERMINATING_ROWS = frozenset(
 
 
 def wait_uninstalls(
-    executor: Executor, releases: list[dict], timeout: float, poll: float = 1.0
-) -> tuple[list[dict], list[FenceResult]]:
+    executor: Executor, releases: list[Obj], timeout: float, poll: float = 1.0
+) -> tuple[list[Obj], list[FenceResult]]:
     """The drain (the executor's one drain loop, as serve's shutdown runs it) over the
     deleted, fenced releases: our suspensions lifted so helm-controller can uninstall, the
     fence released once it has, until none waits or ``timeout`` passes.  Live releases are
@@ -207,7 +208,7 @@ def wait_uninstalls(
 
 def run(
     kube: Kube,
-    releases: list[dict],
+    releases: list[Obj],
     *,
     window: float = 60.0,
     deadline: float | None = None,
@@ -265,7 +266,7 @@ def run(
     return [results[i] for i in range(len(fenced))]
 
 
-def _result(f: Future[FenceResult], hr: dict) -> FenceResult:
+def _result(f: Future[FenceResult], hr: Obj) -> FenceResult:
     try:
         return f.result()
     except Exception as exc:  # noqa: BLE001 - one release never sinks the rest

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..kube import Kube, NotFound
+from ..objects import Obj
 
 
 class SelectionError(Exception):
@@ -25,7 +26,7 @@ NO_FLUX = (
 )
 
 
-def fetch(kube: Kube, sel: Selection) -> tuple[list[dict], list[str]]:
+def fetch(kube: Kube, sel: Selection) -> tuple[list[Obj], list[str]]:
     """Fresh reads of the selected releases.  Returns (releases, not-found errors).
 
     No discovery round trip: a missing CRD answers the read itself with a 404 that names
@@ -38,7 +39,7 @@ def fetch(kube: Kube, sel: Selection) -> tuple[list[dict], list[str]]:
         raise SelectionError(NO_FLUX) from None
 
 
-def _fetch(kube: Kube, sel: Selection) -> tuple[list[dict], list[str]]:
+def _fetch(kube: Kube, sel: Selection) -> tuple[list[Obj], list[str]]:
     if sel.names:
         found, missing = [], []
         for name in dict.fromkeys(sel.names):

@@ -9,6 +9,7 @@ from .. import constants as C
 from .. import controller_lease, detect, ownership, plan, storage
 from ..controller_lease import ControllerLease
 from ..kube import Kube, KubeError
+from ..objects import Obj
 from ..remote import RemoteError, Remotes, storage_cluster
 from .select import Selection, fetch
 
@@ -32,10 +33,10 @@ class Row:
     cluster: str = "local"  # where the Helm storage is: local, or the spec.kubeConfig server
     # for -o json|yaml: the release's metadata as read (managedFields included) and the
     # (manager, operation) pairs that own spec.suspend
-    metadata: dict = field(default_factory=dict)
+    metadata: Obj = field(default_factory=Obj)
     suspend_owners: list[tuple[str, str]] = field(default_factory=list)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> Obj:
         return asdict(self)
 
 
@@ -62,7 +63,7 @@ def _age(seconds: float | None) -> str:
     return f"{h // 24}d"
 
 
-def _owners(hr: dict) -> str:
+def _owners(hr: Obj) -> str:
     """Who owns spec.suspend; empty when the release is not suspended (an owner of
     ``suspend: false`` is no suspension)."""
     if not detect.is_suspended(hr):
@@ -99,7 +100,7 @@ STATE_OF_ROW: dict[plan.Row, str] = {
 IN_FLIGHT_SECONDS = 120.0
 
 
-def _suspended_at(hr: dict) -> dt.datetime | None:
+def _suspended_at(hr: Obj) -> dt.datetime | None:
     """When flux-plunger last applied spec.suspend (its managedFields entry's time)."""
     for entry in (hr.get("metadata") or {}).get("managedFields") or []:
         if (
@@ -111,7 +112,7 @@ def _suspended_at(hr: dict) -> dt.datetime | None:
     return None
 
 
-def state_of(hr: dict, now: dt.datetime, lease: ControllerLease | None = None) -> str:
+def state_of(hr: Obj, now: dt.datetime, lease: ControllerLease | None = None) -> str:
     """The state ``status`` shows: the row ``plan.decide`` picks, in words.
 
     * our suspension on a live release is ``recovering`` only while something may still be
@@ -134,7 +135,7 @@ def state_of(hr: dict, now: dt.datetime, lease: ControllerLease | None = None) -
     return state
 
 
-def interesting(hr: dict, state: str) -> bool:
+def interesting(hr: Obj, state: str) -> bool:
     """Would flux-plunger act on it, or has it touched it?"""
     return (
         state != "healthy"
@@ -191,7 +192,7 @@ def report(
 
 
 def row(
-    kube: Kube, hr: dict, now: dt.datetime | None = None, *, lease: ControllerLease | None = None
+    kube: Kube, hr: Obj, now: dt.datetime | None = None, *, lease: ControllerLease | None = None
 ) -> Row:
     """The row of one release (``status --watch`` renders each change)."""
     now = now or dt.datetime.now(dt.timezone.utc)
@@ -202,7 +203,7 @@ def row(
         remotes.close()
 
 
-def _row(remotes: Remotes, hr: dict, state: str, now: dt.datetime) -> Row:
+def _row(remotes: Remotes, hr: Obj, state: str, now: dt.datetime) -> Row:
     md = hr["metadata"]
     release, ns = storage.release_name(hr), storage.storage_namespace(hr)
     revision, helm_status, note, cluster = None, "-", "", "local"
