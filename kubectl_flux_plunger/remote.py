@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .detect import dig
 from .kube import Kube, KubeError, _client_modules, core_path
 
 REMOTE_TIMEOUT = 10.0  # seconds per request to a remote cluster (status stays bounded)
@@ -79,29 +80,21 @@ class KubeConfigRef:
         return f"kubeconfig Secret {self.namespace}/{self.secret_name}"
 
 
-def _dig(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
 def kubeconfig_ref(hr: dict[str, Any]) -> KubeConfigRef | None:
     """``spec.kubeConfig`` of ``hr`` as a reference; None when the release is local."""
-    kc = _dig(hr, "spec", "kubeConfig")
+    kc = dig(hr, "spec", "kubeConfig")
     if not kc or not isinstance(kc, dict):
         return None
     return KubeConfigRef(
-        namespace=str(_dig(hr, "metadata", "namespace") or ""),
-        secret_name=_str(_dig(kc, "secretRef", "name")),
-        key=_str(_dig(kc, "secretRef", "key")),
-        config_map_name=_str(_dig(kc, "configMapRef", "name")),
-        service_account=_str(_dig(hr, "spec", "serviceAccountName")),
+        namespace=str(dig(hr, "metadata", "namespace") or ""),
+        secret_name=_str(dig(kc, "secretRef", "name")),
+        key=_str(dig(kc, "secretRef", "key")),
+        config_map_name=_str(dig(kc, "configMapRef", "name")),
+        service_account=_str(dig(hr, "spec", "serviceAccountName")),
     )
 
 
@@ -390,7 +383,7 @@ class Remotes:
         ref = kubeconfig_ref(hr)
         if ref is None:
             return self.local
-        uid = str(_dig(hr, "metadata", "uid") or "")
+        uid = str(dig(hr, "metadata", "uid") or "")
         if reuse:
             with self._lock:
                 known = self._by_release.get(uid)
