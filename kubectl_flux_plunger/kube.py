@@ -770,13 +770,17 @@ class Kube:
 
     # -- Events --------------------------------------------------------------------
 
-    def get_event(self, namespace: str, name: str) -> Obj | None:
+    def _get_or_none(self, path: str) -> Obj | None:
+        """A GET; None when the answer is 404."""
         try:
-            return self.request("GET", "GET", core_path("events", namespace, name))
+            return self.request("GET", "GET", path)
         except KubeError as exc:
             if exc.not_found:
                 return None
             raise
+
+    def get_event(self, namespace: str, name: str) -> Obj | None:
+        return self._get_or_none(core_path("events", namespace, name))
 
     def create_event(self, namespace: str, body: Obj) -> Obj:
         return self.request(
@@ -801,12 +805,7 @@ class Kube:
     # -- Leases --------------------------------------------------------------------
 
     def get_lease(self, namespace: str, name: str) -> Obj | None:
-        try:
-            return self.request("GET", "GET", lease_path(namespace, name))
-        except KubeError as exc:
-            if exc.not_found:
-                return None
-            raise
+        return self._get_or_none(lease_path(namespace, name))
 
     def create_lease(self, namespace: str, body: Obj) -> Obj:
         return self.request("CREATE", "POST", lease_path(namespace), body=body, content_type=JSON)
@@ -819,17 +818,10 @@ class Kube:
     # -- the controller's Deployment (release-fence --stop-deployment) --------------
 
     def get_deployment(self, namespace: str, name: str) -> Obj | None:
-        try:
-            return self.request(
-                "GET",
-                "GET",
-                f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}"
-                f"/deployments/{quote(name, safe='')}",
-            )
-        except KubeError as exc:
-            if exc.not_found:
-                return None
-            raise
+        return self._get_or_none(
+            f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}"
+            f"/deployments/{quote(name, safe='')}"
+        )
 
     def scale_deployment(self, namespace: str, name: str, replicas: int) -> Obj:
         """Merge patch of the scale subresource (what `kubectl scale` sends)."""
