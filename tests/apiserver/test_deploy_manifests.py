@@ -646,16 +646,18 @@ def test_uninstall_cleanup_fails_like_release_fence_while_a_fence_remains(plane,
         _fenced_release(cluster, ns)
         kubectl(plane, "apply", "-f", "-", stdin=POLICY.format(name=f"policy-{ns}", ns=ns))
 
-    def denied():
-        hr = cluster.get(a, "demo")
+    def denied(ns):
+        hr = cluster.get(ns, "demo")
         try:
-            cluster.kube.request("PATCH", "PATCH", f"/apis/helm.toolkit.fluxcd.io/v2/namespaces/{a}/helmreleases/demo",
+            cluster.kube.request("PATCH", "PATCH", f"/apis/helm.toolkit.fluxcd.io/v2/namespaces/{ns}/helmreleases/demo",
                                  body=[{"op": "replace", "path": "/spec/suspend", "value": False}],
                                  content_type="application/json-patch+json", query={"dryRun": "All"})
         except KubeError as exc:
             return exc.status == 422 or "freeze" in str(exc)
         return hr is None
-    eventually(denied, 20, "the admission policy to be in force")
+    # both namespaces: each has its own policy, and each comes into force on its own
+    for ns in (a, b):
+        eventually(lambda: denied(ns), 20, f"the admission policy to be in force in {ns}")
 
     script = cleanup(a, hook_sa(a), "--retry-window=2s")
     direct = release_fence(b, hook_sa(b), "--retry-window=2s")
