@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '64bdea59'
+FINGERPRINT = 'f32ddb3e'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -169,6 +169,10 @@ class ConfigError(Exception):
     """The kubeconfig or in-cluster configuration cannot be used."""
 
 
+# The annotation of the BOOKMARK that ends a watch-list's initial events.
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
 def hr_path(namespace: str | None = None, name: str | None = None) -> str:
     base = f"/apis/{C.HR_GROUP}/{C.HR_VERSION}"
     if namespace:
@@ -430,6 +434,9 @@ class Kube:
         self._pool = rest.RESTClientObject(configuration).pool_manager
         self.request_timeout = request_timeout
         self.dry_run = dry_run
+        # the server answers watch-lists (sendInitialEvents; WatchList, on by default
+        # since Kubernetes 1.34); cleared on the first 400/422 to one
+        self.watch_list = True
         self.stats = Stats()
         self.before_request = None
         from . import __version__
@@ -643,22 +650,33 @@ class Kube:
         timeout_seconds: int = 300,
         field_selector: str | None = None,
         opened: Callable[[Any], None] | None = None,
+        send_initial_events: bool = False,
     ) -> Iterator[Obj]:
         """Stream watch events (dicts with ``type`` and ``object``) with bookmarks.
         A 410 arrives as an ERROR event or as a KubeError(status=410).  ``opened`` gets the
-        streaming response once the apiserver answered (another thread may shut it down)."""
+        streaming response once the apiserver answered (another thread may shut it down).
+
+        ``send_initial_events`` (``resource_version`` must be ""): a watch-list — the stream
+        starts with the current state (a consistent read, as fresh as a GET) as ADDED
+        events, ends it with a BOOKMARK annotated :data:`INITIAL_EVENTS_END`, then carries
+        every change: one request where a GET and a WATCH would be two.  Servers without
+        the WatchList feature answer 422."""
+        query: Obj = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "resourceVersion": resource_version or None,
+            "timeoutSeconds": timeout_seconds,
+        }
+        if send_initial_events:
+            query["sendInitialEvents"] = "true"
+            query["resourceVersionMatch"] = "NotOlderThan"
         resp = self.request(
             "WATCH",
             "GET",
             hr_path(namespace),
-            query={
-                "watch": "true",
-                "allowWatchBookmarks": "true",
-                "labelSelector": label_selector,
-                "fieldSelector": field_selector,
-                "resourceVersion": resource_version,
-                "timeoutSeconds": timeout_seconds,
-            },
+            query=query,
             stream=True,
             timeout=timeout_seconds + 30,
         )

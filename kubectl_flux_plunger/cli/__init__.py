@@ -528,9 +528,6 @@ def _run_table(
     if dry_run != "client":
         # before the reads that decide: the named read stays right before its acquire
         _controller_check(s.kube, lease_namespace, force)
-    releases, missing = fetch(s.kube, s.selection)
-    for m in missing:
-        click.echo(f"Error from server (NotFound): {m}", err=True)
     from ..backup import DirectoryBackup
 
     def show(o: Any) -> bool:
@@ -547,8 +544,9 @@ def _run_table(
             return render.names([(o.namespace, o.name)])
         return render.outcome_line(o, all_namespaces=s.selection.all_namespaces, dry_run=dry_run)
 
-    # results stream as each release finishes; Ctrl-C stops (cli/progress.py)
-    stream = Stream(verb=verb_name, total=len(releases), line=line, prog=_prog_name())
+    # results stream as each release finishes; Ctrl-C stops (cli/progress.py); the total
+    # is known once the releases are read
+    stream = Stream(verb=verb_name, total=0, line=line, prog=_prog_name())
     # a stop is noticed between handshake watch windows: keep them short
     opts = Options(
         dry_run_client=(dry_run == "client"),
@@ -563,17 +561,33 @@ def _run_table(
         options=opts,
         should_stop=stream.stop.is_set,
     )
-    with stream.interruptible():
-        outcomes = verb.run(
-            executor,
-            releases,
-            concurrency=concurrency,
-            only_rows=only_rows,
-            fresh=bool(names),
-            on_start=stream.started,
-            on_result=stream.finished,
-            stop=stream.stop,
-        )
+    # a named release is read as a watch-list the recovery then goes on on (one request
+    # for the read and the WATCH); listed releases are re-read by name before acting
+    watched = verb.WatchedReads(executor)
+    try:
+        releases, missing = fetch(s.kube, s.selection, read=watched)
+    except BaseException:
+        watched.close()
+        raise
+    for m in missing:
+        click.echo(f"Error from server (NotFound): {m}", err=True)
+
+    stream.total = len(releases)
+    try:
+        with stream.interruptible():
+            outcomes = verb.run(
+                executor,
+                releases,
+                concurrency=concurrency,
+                only_rows=only_rows,
+                fresh=bool(names),
+                on_start=stream.started,
+                on_result=stream.finished,
+                stop=stream.stop,
+                watched=watched,
+            )
+    finally:
+        watched.close()
     stream.close()
     shown = [o for o in outcomes if show(o)]
     if output in ("json", "yaml"):

@@ -24,6 +24,7 @@ from ..kube import Kube, KubeError
 from ..objects import Obj
 from ..remote import Remotes
 from .dryrun import DryRun
+from .handshake import SETTLE_BOUND, InitialStateUnknown, ReleaseWatch
 from .outcome import (
     CLEANUP_RESULTS,
     MAX_PASSES,
@@ -46,6 +47,12 @@ __all__ = [
     "leftover_hint",
     "utcnow",
 ]
+
+
+# How long the watch-list read waits for the release's current state before it reads it
+# with a GET instead (the state arrives at once; only a missing release waits for the
+# end-of-initial-events bookmark, which the apiserver sends within about a second).
+FIRST_WAIT = 5.0
 
 
 class Executor(DryRun):
@@ -71,14 +78,55 @@ class Executor(DryRun):
     ) -> Outcome:
         """One pass over one release: fresh read, decide (SPEC §6), act — only on the rows
         in ``only_rows`` when given (otherwise: unchanged, nothing written)."""
-        hr = self.kube.get_hr(namespace, name)
-        if only_rows is not None and hr is not None:
-            d = plan.decide(hr, self.clock())
-            if d.row not in only_rows:
-                return Outcome(namespace, name, Result.UNCHANGED, d.reason, row=d.row)
-        return self.apply_decision(namespace, name, hr)
+        if only_rows is not None:
+            hr = self.kube.get_hr(namespace, name)
+            if hr is not None:
+                d = plan.decide(hr, self.clock())
+                if d.row not in only_rows:
+                    return Outcome(namespace, name, Result.UNCHANGED, d.reason, row=d.row)
+            return self.apply_decision(namespace, name, hr)
+        hr, watch = self.read_watched(namespace, name)
+        try:
+            return self.apply_decision(namespace, name, hr, watch)
+        finally:
+            if watch is not None:
+                watch.close()
 
-    def apply_decision(self, namespace: str, name: str, hr: Obj | None) -> Outcome:
+    def read_watched(self, namespace: str, name: str) -> tuple[Obj | None, ReleaseWatch | None]:
+        """The fresh read that decides, as a watch-list where a recovery may follow: its
+        initial event is the read (as fresh as a GET), and the saga goes on on the same
+        stream — the acquire on the newest state, the handshake — so the read and the
+        WATCH are one request.  A GET (and no watch) where nothing can be recovered, on a
+        dry run, and where the server has no watch-lists.  The caller closes the watch."""
+        if (
+            self.kube.dry_run
+            or self.opt.dry_run_client
+            or not self.opt.allow_recover
+            or not self.kube.watch_list
+        ):
+            return self.kube.get_hr(namespace, name), None
+        try:
+            return ReleaseWatch.read(self.kube, namespace, name, self.watch_timeout(), FIRST_WAIT)
+        except KubeError as exc:
+            if exc.not_found and not exc.object_missing:
+                raise  # the API itself is missing: the GET would say the same
+            if exc.status in (400, 422):
+                self.kube.watch_list = False  # no WatchList on this server
+        except InitialStateUnknown:
+            pass
+        return self.kube.get_hr(namespace, name), None
+
+    def watch_timeout(self) -> float:
+        """How long a release's watch may stay open: the acquire, the handshake, margin."""
+        return self.opt.handshake_timeout + SETTLE_BOUND + 5
+
+    def apply_decision(
+        self,
+        namespace: str,
+        name: str,
+        hr: Obj | None,
+        watch: ReleaseWatch | None = None,
+    ) -> Outcome:
         d = plan.decide(
             hr,
             self.clock(),
@@ -109,11 +157,16 @@ class Executor(DryRun):
                     "stuck; recovery not requested by this command",
                 )
             else:
-                self.recover(hr, out)
+                self.recover(hr, out, watch)
         return out
 
     def settle(
-        self, hr: Obj, *, only_rows: frozenset[str] | None = None, fresh: bool = False
+        self,
+        hr: Obj,
+        *,
+        only_rows: frozenset[str] | None = None,
+        fresh: bool = False,
+        watch: ReleaseWatch | None = None,
     ) -> Outcome:
         """Determine → act → re-determine until nothing changes (bounded, like
         helm-controller's AtomicRelease): one-shot verbs finish what an interrupted run
@@ -122,7 +175,22 @@ class Executor(DryRun):
 
         ``hr`` is a listed copy (re-read before anything acts on it) or, with ``fresh``, a
         read just made (used as is: the named read is the fresh read).  ``only_rows``
-        limits which rows may act (``resume-owned``)."""
+        limits which rows may act (``resume-owned``).  ``watch``: the watch-list ``hr`` was
+        read from (:meth:`read_watched`); the first pass goes on on it; closed here."""
+        held = [watch] if watch is not None else []
+        try:
+            return self._settle(hr, only_rows, fresh, held)
+        finally:
+            for w in held:
+                w.close()
+
+    def _settle(
+        self,
+        hr: Obj,
+        only_rows: frozenset[str] | None,
+        fresh: bool,
+        held: list[ReleaseWatch],
+    ) -> Outcome:
         md = hr["metadata"]
         ns, name = md["namespace"], md["name"]
         prev: Outcome | None = None
@@ -146,10 +214,15 @@ class Executor(DryRun):
                 if prev is None and not fresh:
                     # the LIST only chose candidates: every decision that acts is re-made
                     # on a fresh read (the listed copy may be minutes old by now)
-                    current, fresh = self.kube.get_hr(ns, name), True
                     if only_rows is not None:
+                        current, fresh = self.kube.get_hr(ns, name), True
                         continue  # its row must still be one of only_rows
-                out = self.apply_decision(ns, name, current)
+                    current, watch = self.read_watched(ns, name)
+                    fresh = True
+                    held.extend([watch] if watch is not None else [])
+                out = self.apply_decision(
+                    ns, name, current, held[0] if held and prev is None else None
+                )
                 if prev is not None:
                     if out.result == Result.UNCHANGED:
                         return prev  # the clean-up was all there was to do

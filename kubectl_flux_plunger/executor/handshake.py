@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from .. import detect
-from ..kube import Kube, KubeError
+from ..kube import INITIAL_EVENTS_END, Kube, KubeError, Unreachable
 from ..objects import Obj
 from .outcome import Stopped
 from .primitives import Primitives
@@ -34,30 +34,84 @@ REPLAY_WAIT = 0.02
 _END = "_END"
 
 
-class ReleaseWatch:
-    """One WATCH of one release from the rv of ``hr``; ``latest`` is its newest state
-    (None once it is deleted or replaced by another object under the same name)."""
+class InitialStateUnknown(Exception):
+    """A watch-list did not deliver the release's current state (the server does not
+    support it, the stream failed or stayed silent): read it with a GET instead."""
 
-    def __init__(self, kube: Kube, hr: Obj, timeout: float):
-        md = hr["metadata"]
-        self.namespace, self.name, self.uid = md["namespace"], md["name"], md.get("uid")
+
+class ReleaseWatch:
+    """One WATCH of one release; ``latest`` is its newest state (None once it is deleted
+    or replaced by another object under the same name).
+
+    Opened from the rv of ``hr`` (the read that decided), or — :meth:`read` — as a
+    watch-list whose initial event *is* the fresh read, so the read that decides and the
+    stream the saga then waits on are one request."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        hr: Obj | None,
+        timeout: float,
+        *,
+        key: tuple[str, str] | None = None,
+    ):
+        if hr is not None:
+            md = hr["metadata"]
+            self.namespace, self.name = md["namespace"], md["name"]
+            self.uid: str | None = md.get("uid")
+            rv, initial = md["resourceVersion"], False
+        else:
+            assert key is not None
+            self.namespace, self.name = key
+            self.uid, rv, initial = None, "", True
         self.latest: Obj | None = hr
         self.ended = False
+        self.error: Exception | None = None
+        # a watch-list: until its first ADDED (or the end-of-initial-events bookmark) the
+        # state is not known yet
+        self.initial_pending = initial
         self._q: queue.Queue[Obj] = queue.Queue()
         self._resp: Any = None
         self._open = threading.Event()
         self._closed = threading.Event()
         self._thread = threading.Thread(
             target=self._run,
-            args=(kube, md["resourceVersion"], max(1, int(timeout + 0.999))),
+            args=(kube, rv, max(1, int(timeout + 0.999)), initial),
             name=f"watch-{self.name}",
             daemon=True,
         )
         self._thread.start()
 
+    @classmethod
+    def read(
+        cls, kube: Kube, namespace: str, name: str, timeout: float, first_wait: float
+    ) -> tuple[Obj | None, ReleaseWatch]:
+        """The fresh read of one release as a watch-list: (its state, or None when it does
+        not exist; the open watch).  Raises the stream's KubeError when the server refused
+        it, :class:`InitialStateUnknown` when nothing conclusive came within
+        ``first_wait`` seconds (the watch is closed then)."""
+        watch = cls(kube, None, timeout, key=(namespace, name))
+        try:
+            return watch._initial(first_wait), watch
+        except BaseException:
+            watch.close()
+            raise
+
+    def _initial(self, first_wait: float) -> Obj | None:
+        deadline = time.monotonic() + first_wait
+        while self.initial_pending:
+            if self.ended or not self._next_event(deadline - time.monotonic()):
+                if isinstance(self.error, KubeError) and not isinstance(self.error, Unreachable):
+                    raise self.error
+                raise InitialStateUnknown(
+                    f"the watch of {self.namespace}/{self.name} gave no initial state"
+                    + (f" ({self.error})" if self.error else "")
+                )
+        return self.latest
+
     # -- the reader thread --------------------------------------------------------
 
-    def _run(self, kube: Kube, rv: str, timeout: int) -> None:
+    def _run(self, kube: Kube, rv: str, timeout: int, initial: bool) -> None:
         try:
             for ev in kube.watch_hrs(
                 self.namespace,
@@ -66,11 +120,13 @@ class ReleaseWatch:
                 timeout_seconds=timeout,
                 field_selector=f"metadata.name={self.name}",
                 opened=self._opened,
+                send_initial_events=initial,
             ):
                 if self._closed.is_set():
                     break
                 self._q.put(ev)
         except Exception as exc:  # noqa: BLE001 - any end of the stream is an end
+            self.error = exc
             if not self._closed.is_set():
                 log.debug("watch of %s/%s ended: %s", self.namespace, self.name, exc)
         finally:
@@ -95,17 +151,27 @@ class ReleaseWatch:
 
     # -- the consumer ---------------------------------------------------------------
 
-    def _take(self, ev: Obj) -> None:
+    def _take(self, ev: Obj) -> bool:
+        """Fold one event into ``latest``; False for a bookmark (no change of state)."""
         kind, obj = ev.get("type"), ev.get("object") or {}
+        md = obj.get("metadata") or {}
         if kind in (_END, "ERROR"):
             self.ended = True
+        elif kind == "BOOKMARK":
+            if (md.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true":
+                self.initial_pending = False  # no ADDED before it: the release does not exist
+            return False
+        elif self.initial_pending:
+            if kind == "ADDED":
+                self.latest, self.uid, self.initial_pending = obj, md.get("uid"), False
         elif kind == "DELETED":
             self.latest = None
         elif kind in ("ADDED", "MODIFIED") and self.latest is not None:
-            self.latest = obj if (obj.get("metadata") or {}).get("uid") == self.uid else None
+            self.latest = obj if md.get("uid") == self.uid else None
+        return True
 
-    def next(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for one event; True when one came."""
+    def _next_event(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for one event of any kind; True when one came."""
         if self.ended:
             return False
         try:
@@ -113,7 +179,20 @@ class ReleaseWatch:
         except queue.Empty:
             return False
         self._take(ev)
-        return not self.ended
+        return True
+
+    def next(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for one change of the release (bookmarks are
+        skipped); True when one came."""
+        deadline = time.monotonic() + timeout
+        while not self.ended:
+            try:
+                ev = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return False
+            if self._take(ev):
+                return not self.ended
+        return False
 
     def settle(self) -> Obj | None:
         """The newest state once the replay since the read has arrived and, if the release

@@ -89,7 +89,9 @@ class Saga(Handshake):
             return None
         return choice
 
-    def recover(self, hr: Obj, out: Outcome) -> None:
+    def recover(self, hr: Obj, out: Outcome, watch: ReleaseWatch | None = None) -> None:
+        """The recovery sequence on ``hr``, the fresh read that decided; ``watch`` is the
+        watch-list that read came from (the caller closes it), else one is opened here."""
         choice = self._choose(hr, out)
         if choice is None:
             return
@@ -98,18 +100,19 @@ class Saga(Handshake):
         if self.should_stop():
             out.result, out.detail = Result.DEFERRED, "shutting down; recovery not started"
             return
+        if self.kube.dry_run:
+            self._recover_watched(hr, choice, out, None)
+            return
+        if watch is not None:
+            self._recover_watched(hr, choice, out, watch)
+            return
         # one WATCH from the deciding read: the acquire goes out on the newest state, a
         # 409 is re-decided on what the stream carries, and the handshake waits on it
-        watch = (
-            None
-            if self.kube.dry_run
-            else ReleaseWatch(self.kube, hr, self.opt.handshake_timeout + SETTLE_BOUND + 5)
-        )
+        own = ReleaseWatch(self.kube, hr, self.opt.handshake_timeout + SETTLE_BOUND + 5)
         try:
-            self._recover_watched(hr, choice, out, watch)
+            self._recover_watched(hr, choice, out, own)
         finally:
-            if watch is not None:
-                watch.close()
+            own.close()
 
     def _newer(self, watch: ReleaseWatch | None) -> Callable[[Obj, bool], Obj | None] | None:
         """Where the acquire takes the state after a 409: the stream when there is one."""

@@ -11,6 +11,7 @@ from typing import Any
 from .. import plan
 from ..detect import is_fenced, is_suspended
 from ..executor import Executor, Outcome, Result
+from ..executor.handshake import ReleaseWatch
 from ..kube import Kube, KubeError
 from ..objects import Obj
 from ..ownership import owns_suspend
@@ -21,10 +22,43 @@ RESUME_ROWS = frozenset({Row.LIVE_SUSPENDED_OWNED, Row.TERMINATING_SUSPENDED_OWN
 
 
 def _one(
-    executor: Executor, hr: Obj, only_rows: frozenset[str] | None, fresh: bool = False
+    executor: Executor,
+    hr: Obj,
+    only_rows: frozenset[str] | None,
+    fresh: bool = False,
+    watch: ReleaseWatch | None = None,
 ) -> Outcome:
     """One release: the executor's bounded determine → act → re-determine loop."""
-    return executor.settle(hr, only_rows=only_rows, fresh=fresh)
+    return executor.settle(hr, only_rows=only_rows, fresh=fresh, watch=watch)
+
+
+class WatchedReads:
+    """Named reads as watch-lists (``Executor.read_watched``): the read that decides and
+    the stream the recovery then waits on are one request.  ``take`` hands a release's
+    watch to its run; ``close`` ends those never taken (an interrupted run)."""
+
+    def __init__(self, executor: Executor):
+        self.executor = executor
+        self._watches: dict[tuple[str, str], ReleaseWatch] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, namespace: str, name: str) -> Obj | None:
+        hr, watch = self.executor.read_watched(namespace, name)
+        if watch is not None:
+            with self._lock:
+                self._watches[(namespace, name)] = watch
+        return hr
+
+    def take(self, hr: Obj) -> ReleaseWatch | None:
+        md = hr["metadata"]
+        with self._lock:
+            return self._watches.pop((md["namespace"], md["name"]), None)
+
+    def close(self) -> None:
+        with self._lock:
+            left, self._watches = list(self._watches.values()), {}
+        for watch in left:
+            watch.close()
 
 
 # Releases handled at once by default (the CLI's --concurrency default).  Each worker has
@@ -58,6 +92,7 @@ def run(
     on_start: Callable[[int, dict[str, Any]], None] | None = None,
     on_result: Callable[[int, Outcome], None] | None = None,
     stop: threading.Event | None = None,
+    watched: WatchedReads | None = None,
 ) -> list[Outcome]:
     """Apply one pass to every release; results in the order of ``releases``.  ``fresh``:
     the releases were just read by name (no second read before acting).
@@ -66,7 +101,8 @@ def run(
     ``on_result(i, outcome)`` (from the calling thread) as soon as it is finished, so results
     can be shown while the others run.  Once ``stop`` is set no release is taken up any more
     (those left are ``deferred``, :data:`NOT_STARTED`); the executor's ``should_stop`` is what
-    aborts the recoveries in flight (before the delete, relinquishing)."""
+    aborts the recoveries in flight (before the delete, relinquishing).  ``watched``: the
+    watch-lists the named releases were read from, each handed to its release's run."""
     stop = stop if stop is not None else threading.Event()
     results: list[Outcome | None] = [None] * len(releases)
 
@@ -78,7 +114,7 @@ def run(
                 return out
         if on_start is not None:
             on_start(i, hr)
-        return _one(executor, hr, only_rows, fresh)
+        return _one(executor, hr, only_rows, fresh, watched.take(hr) if watched else None)
 
     def finished(i: int, out: Outcome) -> None:
         results[i] = out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..kube import Kube, NotFound
@@ -26,24 +27,29 @@ NO_FLUX = (
 )
 
 
-def fetch(kube: Kube, sel: Selection) -> tuple[list[Obj], list[str]]:
+def fetch(
+    kube: Kube, sel: Selection, read: Callable[[str, str], Obj | None] | None = None
+) -> tuple[list[Obj], list[str]]:
     """Fresh reads of the selected releases.  Returns (releases, not-found errors).
+    ``read(namespace, name)`` reads a named release (default: a GET).
 
     No discovery round trip: a missing CRD answers the read itself with a 404 that names
     no object, which tells it from a missing release."""
     try:
-        return _fetch(kube, sel)
+        return _fetch(kube, sel, read or kube.get_hr)
     except NotFound as exc:
         if exc.object_missing:
             raise
         raise SelectionError(NO_FLUX) from None
 
 
-def _fetch(kube: Kube, sel: Selection) -> tuple[list[Obj], list[str]]:
+def _fetch(
+    kube: Kube, sel: Selection, read: Callable[[str, str], Obj | None]
+) -> tuple[list[Obj], list[str]]:
     if sel.names:
         found, missing = [], []
         for name in dict.fromkeys(sel.names):
-            hr = kube.get_hr(sel.namespace or "default", name)
+            hr = read(sel.namespace or "default", name)
             if hr is None:
                 missing.append(
                     f'helmreleases.helm.toolkit.fluxcd.io "{name}" not found in '
