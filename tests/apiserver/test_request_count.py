@@ -29,12 +29,12 @@ def test_recover_one_named_release_sends_eight_requests_end_to_end(cli, plane, c
     # everything the process sends: the controller check (SPEC §4: refuse while a
     # controller runs), then the named read as a watch-list — its initial event is the
     # fresh read, and the same stream carries the newest state for the acquire and
-    # helm-controller's handshake — LIST, APPLY, PATCH (record), DELETE, APPLY, and the
-    # `Recovered` Event (the trace in `kubectl describe`)
+    # helm-controller's handshake — LIST, APPLY, PATCH (record), DELETE, the `Recovered`
+    # Event (the trace in `kubectl describe`), APPLY (relinquish)
     assert verbs == [("get", "leases"), ("watch", "helmreleases"), ("list", "secrets"),
                      ("patch", "helmreleases"), ("patch", "helmreleases"),
-                     ("delete", "secrets"), ("patch", "helmreleases"),
-                     ("create", "events")], verbs
+                     ("delete", "secrets"), ("create", "events"),
+                     ("patch", "helmreleases")], verbs
     watch = events[1]
     assert "sendInitialEvents=true" in watch["requestURI"], watch["requestURI"]
     assert not any(v == "get" and r is None for v, r in verbs), verbs   # no discovery
@@ -42,7 +42,7 @@ def test_recover_one_named_release_sends_eight_requests_end_to_end(cli, plane, c
 
 def test_one_pass_of_serve_over_a_stuck_release_sends_seven_requests(plane, cluster, ns):
     """What serve's worker sends for one recovery (``Executor.reconcile``, serve holds the
-    Lease already): the watch-list read, LIST, APPLY, PATCH, DELETE, APPLY, Event."""
+    Lease already): the watch-list read, LIST, APPLY, PATCH, DELETE, Event, APPLY."""
     from kubectl_flux_plunger.events import Recorder
     from kubectl_flux_plunger.executor import Executor, Options, Result
 
@@ -66,5 +66,5 @@ def test_one_pass_of_serve_over_a_stuck_release_sends_seven_requests(plane, clus
     verbs = [(ev["verb"], (ev.get("objectRef") or {}).get("resource")) for ev in events]
     assert verbs == [("watch", "helmreleases"), ("list", "secrets"),
                      ("patch", "helmreleases"), ("patch", "helmreleases"),
-                     ("delete", "secrets"), ("patch", "helmreleases"),
-                     ("create", "events")], verbs
+                     ("delete", "secrets"), ("create", "events"),
+                     ("patch", "helmreleases")], verbs
