@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'f32ddb3e'
+FINGERPRINT = 'adbd4206'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

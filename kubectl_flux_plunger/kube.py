@@ -16,13 +16,18 @@ import re
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, overload
 from urllib.parse import quote, urlencode
 
 from . import constants as C
 from .objects import Obj
+
+if TYPE_CHECKING:
+    import urllib3
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
 
 JSON = "application/json"
 READ_VERBS = frozenset({"GET", "LIST"})
@@ -202,7 +207,7 @@ def lease_path(namespace: str, name: str | None = None) -> str:
 class Stats:
     """Requests sent, by verb (GET, LIST, WATCH, APPLY, PATCH, DELETE, CREATE, UPDATE)."""
 
-    counts: Counter = field(default_factory=Counter)
+    counts: Counter[str] = field(default_factory=Counter)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, verb: str) -> None:
@@ -218,7 +223,25 @@ class Stats:
             return dict(self.counts)
 
 
-def _client_modules():
+class ClientConfiguration(Protocol):
+    """The part of ``kubernetes.client.Configuration`` (an untyped class) this module reads
+    and sets."""
+
+    host: str
+    api_key: dict[str, str]
+    api_key_prefix: dict[str, str]
+    refresh_api_key_hook: Callable[[Any], None] | None
+    ssl_ca_cert: str | None
+    cert_file: str | None
+    key_file: str | None
+    tls_server_name: str | None
+    verify_ssl: bool
+    connection_pool_maxsize: int | None
+
+    def auth_settings(self) -> dict[str, dict[str, Any]]: ...
+
+
+def _client_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
     """``(configuration module, config package, rest module)`` of the official client,
     without running ``kubernetes/__init__`` and ``kubernetes/client/__init__``, which import
     every API class and model (~0.5 s and ~36 MiB we never use: requests are sent here).
@@ -231,15 +254,19 @@ def _client_modules():
     import sys
     import types
 
-    def stand_in(name: str, lazy: Obj):
+    def stand_in(name: str, lazy: dict[str, Callable[[], object]]) -> ModuleType:
         spec = importlib.util.find_spec(name)
+        if spec is None or spec.origin is None or spec.submodule_search_locations is None:
+            # not installed (or not a regular package): say so, as the real import would
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        origin = spec.origin
         mod = types.ModuleType(name)
         mod.__path__ = list(spec.submodule_search_locations)
-        mod.__file__ = spec.origin
+        mod.__file__ = origin
         mod.__package__ = name
         state = {"loaded": False}
 
-        def __getattr__(attr):  # noqa: N807 - the module-level __getattr__ of the stand-in
+        def __getattr__(attr: str) -> object:  # noqa: N807 - the stand-in's module __getattr__
             if attr in lazy:
                 return lazy[attr]()
             if not attr.startswith("__") and importlib.util.find_spec(f"{name}.{attr}"):
@@ -248,32 +275,32 @@ def _client_modules():
                 not attr.startswith("__") or attr in ("__version__", "__all__")
             ):
                 state["loaded"] = True
-                with open(spec.origin) as fh:
-                    exec(compile(fh.read(), spec.origin, "exec"), mod.__dict__)
+                with open(origin) as fh:
+                    exec(compile(fh.read(), origin, "exec"), mod.__dict__)
                 if attr in mod.__dict__:
                     return mod.__dict__[attr]
             raise AttributeError(f"module {name!r} has no attribute {attr!r}")
 
-        mod.__getattr__ = __getattr__
+        mod.__dict__["__getattr__"] = __getattr__  # what `mod.__getattr__ = ...` would do
         sys.modules[name] = mod
         return mod
 
     if "kubernetes" not in sys.modules:
         root = stand_in("kubernetes", {})
 
-        def api_client():
+        def api_client() -> Callable[..., object]:
             # kube_config imports ApiClient by name but only calls it in helpers we never
             # use: hand it a factory that loads the real (heavy) class on first call
-            def ApiClient(*args, **kwargs):  # noqa: N802 - stands in for the class
+            def ApiClient(*args: object, **kwargs: object) -> object:  # noqa: N802 - the class
                 return importlib.import_module("kubernetes.client").ApiClient(*args, **kwargs)
 
             return ApiClient
 
-        def configuration():
+        def configuration_class() -> object:
             return importlib.import_module("kubernetes.client.configuration").Configuration
 
-        root.client = stand_in(
-            "kubernetes.client", {"ApiClient": api_client, "Configuration": configuration}
+        root.__dict__["client"] = stand_in(  # i.e. root.client = ..., as the import would
+            "kubernetes.client", {"ApiClient": api_client, "Configuration": configuration_class}
         )
     configuration = importlib.import_module("kubernetes.client.configuration")
     config = importlib.import_module("kubernetes.config")
@@ -332,7 +359,7 @@ def _no_configuration(paths: list[str]) -> ConfigError:
 
 def _load_client_configuration(
     kubeconfig: str | None, context: str | None, overrides: Overrides | None = None
-):
+) -> ClientConfiguration:
     """A ``kubernetes.client.Configuration`` from kubeconfig (or in-cluster), with
     kubectl's override flags applied."""
     import os
@@ -342,7 +369,7 @@ def _load_client_configuration(
     from kubernetes.config.kube_config import _get_kube_config_loader
 
     o = overrides or Overrides()
-    cfg = configuration.Configuration()
+    cfg: ClientConfiguration = configuration.Configuration()
     paths = kubeconfig_paths(kubeconfig)
     existing = [p for p in paths if os.path.exists(p)]
     try:
@@ -409,6 +436,17 @@ def _load_client_configuration(
     return cfg
 
 
+class KubeOptions(TypedDict, total=False):
+    """The keyword arguments of :class:`Kube` (what ``from_kubeconfig`` passes through)."""
+
+    request_timeout: float | None
+    dry_run: bool
+    user_agent: str | None
+    impersonate: str | None
+    impersonate_groups: tuple[str, ...]
+    impersonate_uid: str | None
+
+
 class Kube:
     """A small, counted, thread-safe Kubernetes API client.
 
@@ -419,7 +457,7 @@ class Kube:
 
     def __init__(
         self,
-        configuration,
+        configuration: ClientConfiguration,
         *,
         request_timeout: float | None = None,
         dry_run: bool = False,
@@ -427,18 +465,18 @@ class Kube:
         impersonate: str | None = None,
         impersonate_groups: tuple[str, ...] = (),
         impersonate_uid: str | None = None,
-    ):
+    ) -> None:
         _, _, rest = _client_modules()
 
         self._cfg = configuration
-        self._pool = rest.RESTClientObject(configuration).pool_manager
+        self._pool: urllib3.PoolManager = rest.RESTClientObject(configuration).pool_manager
         self.request_timeout = request_timeout
         self.dry_run = dry_run
         # the server answers watch-lists (sendInitialEvents; WatchList, on by default
         # since Kubernetes 1.34); cleared on the first 400/422 to one
         self.watch_list = True
         self.stats = Stats()
-        self.before_request = None
+        self.before_request: Callable[[str, str], object] | None = None
         from . import __version__
 
         self._ua = user_agent or f"kubectl-flux-plunger/{__version__}"
@@ -453,7 +491,7 @@ class Kube:
         kubeconfig: str | None = None,
         context: str | None = None,
         overrides: Overrides | None = None,
-        **kwargs,
+        **kwargs: Unpack[KubeOptions],
     ) -> Kube:
         if overrides is not None and overrides.impersonate_groups and not overrides.impersonate:
             raise ConfigError(
@@ -488,7 +526,7 @@ class Kube:
 
     # -- transport -----------------------------------------------------------------
 
-    def _headers(self, content_type: str | None):
+    def _headers(self, content_type: str | None) -> MutableMapping[str, str]:
         import urllib3
 
         headers = urllib3.HTTPHeaderDict({"Accept": JSON, "User-Agent": self._ua})
@@ -501,6 +539,36 @@ class Kube:
         if bearer and bearer.get("value"):
             headers[bearer["key"]] = bearer["value"]
         return headers
+
+    @overload
+    def request(
+        self,
+        verb: str,
+        method: str,
+        path: str,
+        *,
+        query: Obj | None = ...,
+        body: Any = ...,
+        content_type: str | None = ...,
+        write: bool = ...,
+        timeout: float | None = ...,
+        stream: Literal[False] = ...,
+    ) -> Obj: ...
+
+    @overload
+    def request(
+        self,
+        verb: str,
+        method: str,
+        path: str,
+        *,
+        query: Obj | None = ...,
+        body: Any = ...,
+        content_type: str | None = ...,
+        write: bool = ...,
+        timeout: float | None = ...,
+        stream: Literal[True],
+    ) -> urllib3.BaseHTTPResponse: ...
 
     def request(
         self,
@@ -888,13 +956,13 @@ def _one_line(exc: Exception) -> str:
 def _retry_after(exc: KubeError, attempt: int) -> float:
     """Seconds to wait before retrying a read: the server's Retry-After (capped), else an
     exponential backoff from 0.2 s."""
-    hint = exc.body.get("_retryAfter") if isinstance(exc.body, dict) else None
+    hint = exc.body.get("_retryAfter")
     try:
         seconds = float(hint) if hint is not None else None
     except (TypeError, ValueError):
         seconds = None
     if seconds is None:
-        details = exc.body.get("details") if isinstance(exc.body, dict) else None
+        details = exc.body.get("details")
         value = details.get("retryAfterSeconds") if isinstance(details, dict) else None
         seconds = float(value) if isinstance(value, (int, float)) else None
     if seconds is None:

@@ -35,7 +35,7 @@ import ssl
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -299,7 +299,7 @@ class RemoteKube(Kube):
     ):
         import urllib3
 
-        configuration_module = _client_modules()[0]  # type: ignore[no-untyped-call]
+        configuration_module = _client_modules()[0]
         conf = configuration_module.Configuration()
         conf.host = cfg.server
         if cfg.token:
@@ -321,8 +321,8 @@ class RemoteKube(Kube):
         """How this cluster is named in output: its server URL."""
         return self._remote.server
 
-    def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers: dict[str, str] = super()._headers(content_type)
+    def _headers(self, content_type: str | None) -> MutableMapping[str, str]:
+        headers = super()._headers(content_type)
         cfg = self._remote
         if cfg.username and not cfg.token:
             pair = f"{cfg.username}:{cfg.password or ''}".encode()

@@ -12,7 +12,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar, cast
 
 import click
 
@@ -243,7 +243,7 @@ def _api_errors(fn: F) -> F:
         except SelectionError as exc:
             fail(str(exc))
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)  # functools.wraps keeps the signature mypy cannot see kept
 
 
 # -- completion of flag values and names (cobra __complete and kubectl's helper) --------
@@ -320,7 +320,7 @@ def _complete_contexts(ctx: click.Context, param: click.Parameter, incomplete: s
     from ..kube import _client_modules
 
     try:
-        _, config, _ = _client_modules()  # type: ignore[no-untyped-call,unused-ignore]
+        _, config, _ = _client_modules()
         contexts, _active = config.list_kube_config_contexts(
             config_file=ctx.params.get("kubeconfig")
         )

@@ -51,12 +51,8 @@ def check_timings(
     if grace is not None:
         positive.append(("--termination-grace-period", grace))
     for flag, value in positive:
-        if value is None or value <= 0:
-            return (
-                f"{flag} must be positive (got {value:g}s)"
-                if value is not None
-                else f"{flag} must be positive"
-            )
+        if value <= 0:
+            return f"{flag} must be positive (got {value:g}s)"
     if leader_elect:
         if renew >= lease:
             return (
@@ -259,7 +255,7 @@ def serve(
         fail(problem, Exit.USAGE)
     if backup_secret_namespace is not None and not backup_secret_namespace.strip():
         fail("--backup-secret-namespace must not be empty", Exit.USAGE)
-    if backup_retention is None or backup_retention <= 0:
+    if backup_retention <= 0:
         fail("--backup-retention must be positive", Exit.USAGE)
     try:
         metrics_addr = parse_bind_address(metrics_bind_address, "--metrics-bind-address")

@@ -11,8 +11,9 @@ pre-delete hook runs this with the controller's own image: one image, one tool.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..kube import Kube, KubeError
 
@@ -48,7 +49,10 @@ def selector_of(deployment: dict[str, Any]) -> str:
     return ",".join(parts)
 
 
-def _retry(fn, window: float):  # type: ignore[no-untyped-def]
+T = TypeVar("T")
+
+
+def _retry(fn: Callable[[], T], window: float) -> T:
     deadline = time.monotonic() + window
     while True:
         try:
