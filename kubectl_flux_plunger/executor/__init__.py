@@ -5,7 +5,8 @@ Every decision is made on a fresh GET (never a cache).  A 409 means "someone wro
 our read and our write": the executor re-reads and re-decides, bounded by time, instead of
 pushing its stale view through.  One job per module:
 
-* ``outcome``    — ``Result``, ``Outcome``, ``Options``, what a failed clean-up leaves;
+* ``outcome``    — ``Result``, ``Outcome``, the ``Report`` the steps return, ``Options``,
+  what a failed clean-up leaves;
 * ``primitives`` — the write primitives with one ``retry_on_conflict``; storage list/DELETE;
 * ``handshake``  — waiting for helm-controller to observe the suspension;
 * ``saga``       — the recovery sequence;

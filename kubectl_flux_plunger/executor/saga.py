@@ -1,6 +1,11 @@
 """The recovery sequence of SPEC §6 (the saga): list storage and choose, acquire, handshake,
 record, delete the judged revision, relinquish — exactly one relinquish on every exit after
-the acquire, and a line that says what is left when that fails."""
+the acquire, and a line that says what is left when that fails.
+
+Each step returns what it decided instead of writing into an ``Outcome``: the ``Report`` so
+far (steps done, revision judged, backup), ended (``Report.end`` with an ``Ending``: result,
+words, failed) where the sequence stops, or left open to go on.  The entry
+(``Executor.apply_decision``) makes the one ``Outcome`` of the report it gets back."""
 
 from __future__ import annotations
 
