@@ -5,7 +5,8 @@ Every decision is made on a fresh GET (never a cache).  A 409 means "someone wro
 our read and our write": the executor re-reads and re-decides, bounded by time, instead of
 pushing its stale view through.  One job per module:
 
-* ``outcome``    — ``Result``, ``Outcome``, ``Options``, what a failed clean-up leaves;
+* ``outcome``    — ``Result``, ``Outcome``, the ``Report`` the steps return, ``Options``,
+  what a failed clean-up leaves;
 * ``primitives`` — the write primitives with one ``retry_on_conflict``; storage list/DELETE;
 * ``handshake``  — waiting for helm-controller to observe the suspension;
 * ``saga``       — the recovery sequence;
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable
+from dataclasses import replace
 
 from .. import detect, plan
 from ..events import Recorder
@@ -28,8 +30,10 @@ from .handshake import SETTLE_BOUND, InitialStateUnknown, ReleaseWatch
 from .outcome import (
     CLEANUP_RESULTS,
     MAX_PASSES,
+    Ending,
     Options,
     Outcome,
+    Report,
     Result,
     Stopped,
     fence_hint,
@@ -133,32 +137,45 @@ class Executor(DryRun):
             fence_warn_after=self.opt.fence_warn_after,
             fence_recheck=self.opt.fence_recheck,
         )
-        out = Outcome(
-            namespace, name, Result.UNCHANGED, d.reason, row=d.row, requeue_after=d.requeue_after
-        )
         if hr is None:
-            out.result = Result.GONE
-            return out
-        if self.opt.dry_run_client:
-            return self._plan_only(hr, d, out)
+            report = Report(Ending(Result.GONE))
+        elif self.opt.dry_run_client:
+            report = self._plan_only(hr, d)
+        else:
+            report = self._act(hr, d, watch)
+        # the one place a pass's Outcome is made: of the report its steps returned
+        ending = report.ending or Ending(Result.UNCHANGED)
+        return Outcome(
+            namespace,
+            name,
+            ending.result,
+            d.reason if ending.detail is None else ending.detail,
+            row=d.row,
+            revision=report.revision,
+            failed=ending.failed,
+            requeue_after=d.requeue_after,
+            steps=list(report.steps),
+            backup=report.backup,
+        )
+
+    def _act(self, hr: Obj, d: plan.Decision, watch: ReleaseWatch | None) -> Report:
+        """Carry out decision ``d`` on ``hr`` (the fresh read that made it)."""
         if d.event:
             self._event(hr, d.event)
         act = d.action
         if act is plan.Action.RELINQUISH:
-            self._relinquish_or_warn(hr, out)
-        elif act is plan.Action.REMOVE_FENCE:
-            self._remove_fence(hr, out)
-        elif act is plan.Action.WAIT_FENCE:
-            out.result = Result.WAITING
-        elif act is plan.Action.RECOVER:
+            return self._relinquish_or_warn(hr)
+        if act is plan.Action.REMOVE_FENCE:
+            return self._remove_fence(hr)
+        if act is plan.Action.WAIT_FENCE:
+            return Report(Ending(Result.WAITING))
+        if act is plan.Action.RECOVER:
             if not self.opt.allow_recover:
-                out.result, out.detail = (
-                    Result.SKIPPED,
-                    "stuck; recovery not requested by this command",
+                return Report(
+                    Ending(Result.SKIPPED, "stuck; recovery not requested by this command")
                 )
-            else:
-                self.recover(hr, out, watch)
-        return out
+            return self.recover(hr, watch)
+        return Report()
 
     def settle(
         self,
@@ -226,7 +243,7 @@ class Executor(DryRun):
                 if prev is not None:
                     if out.result == Result.UNCHANGED:
                         return prev  # the clean-up was all there was to do
-                    out.steps[:0] = prev.steps
+                    out = replace(out, steps=prev.steps + out.steps)
                 again = (
                     only_rows is None
                     and out.result in CLEANUP_RESULTS

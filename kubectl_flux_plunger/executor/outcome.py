@@ -1,11 +1,12 @@
-"""What a pass over one release produced (closed ``Result``), the executor's options, and
-the words that tell a user what is left after a failed clean-up."""
+"""What a pass over one release produced (closed ``Result``, the ``Outcome``), how its steps
+report it (``Ending``, ``Report``), the executor's options, and the words that tell a user
+what is left after a failed clean-up."""
 
 from __future__ import annotations
 
 import datetime as dt
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import constants as C
 from .. import plan
@@ -80,6 +81,50 @@ class Outcome:
         if self.backup:
             out["backup"] = self.backup
         return out
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a pass over one release ended: its result, the words that say why (None: the
+    decision's own reason stands) and whether it failed."""
+
+    result: Result
+    detail: str | None = None
+    failed: bool = False
+
+
+def failed(detail: str) -> Ending:
+    return Ending(Result.FAILED, detail, failed=True)
+
+
+def deferred(detail: str) -> Ending:
+    return Ending(Result.DEFERRED, detail)
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a pass has done so far, as its steps return it: how it ended (None while it
+    goes on; unchanged if nothing ends it), the steps done, the revision judged and where
+    the deleted Secret was saved.  Every step returns a new one (``did``, ``end``); the
+    entry (``Executor.apply_decision``) makes the ``Outcome`` of the last."""
+
+    ending: Ending | None = None
+    steps: tuple[str, ...] = ()
+    revision: int | None = None
+    backup: str = ""
+
+    def did(self, *steps: str) -> Report:
+        return replace(self, steps=self.steps + steps)
+
+    def end(self, ending: Ending) -> Report:
+        return replace(self, ending=ending)
+
+    def but(self, cleanup: str) -> Report:
+        """A failed clean-up after the acquire: ``cleanup`` (what is left and how to lift
+        it) is appended to the words that ended the pass, and the pass failed."""
+        before = self.ending or Ending(Result.UNCHANGED)
+        joint = "; " if before.result is Result.FAILED else "; but "
+        return self.end(failed(f"{before.detail or ''}{joint}{cleanup}"))
 
 
 @dataclass

@@ -1,11 +1,16 @@
 """The recovery sequence of SPEC §6 (the saga): list storage and choose, acquire, handshake,
 record, delete the judged revision, relinquish — exactly one relinquish on every exit after
-the acquire, and a line that says what is left when that fails."""
+the acquire, and a line that says what is left when that fails.
+
+Each step returns what it decided instead of writing into an ``Outcome``: the ``Report`` so
+far (steps done, revision judged, backup), ended (``Report.end`` with an ``Ending``: result,
+words, failed) where the sequence stops, or left open to go on.  The entry
+(``Executor.apply_decision``) makes the one ``Outcome`` of the report it gets back."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import constants as C
 from .. import detect, ownership, plan, storage
@@ -14,7 +19,17 @@ from ..kube import KubeError
 from ..objects import Obj
 from ..remote import RemoteError, Unsupported
 from .handshake import SETTLE_BOUND, Handshake, ReleaseWatch
-from .outcome import TERMINATING_DETAIL, Outcome, Result, Stopped, fence_hint, leftover_hint
+from .outcome import (
+    TERMINATING_DETAIL,
+    Ending,
+    Report,
+    Result,
+    Stopped,
+    deferred,
+    failed,
+    fence_hint,
+    leftover_hint,
+)
 
 
 @dataclass(frozen=True)
@@ -63,54 +78,52 @@ REREAD_WAIT = 2.0
 
 
 class Saga(Handshake):
-    def _choose(self, hr: Obj, out: Outcome) -> storage.Choice | None:
+    """The recovery sequence, step by step.  Each step returns what it decided — the
+    ``Report`` so far, ended (``Report.end``) where the sequence stops — and never writes
+    into an ``Outcome``: the entry makes the one ``Outcome`` of the report."""
+
+    def _choose(self, hr: Obj) -> tuple[storage.Choice | None, Report]:
         """List the release's Helm storage and pick the revision to delete (SPEC §4) past
-        the already-processed guard; None (with ``out`` saying why) when there is none."""
+        the already-processed guard: (the choice, the report naming the revision judged),
+        or (None, the report ended with why there is none)."""
         try:
             secrets = self.list_storage(hr)
         except Unsupported as exc:
-            out.result, out.detail = Result.SKIPPED, str(exc)
-            return None
+            return None, Report(Ending(Result.SKIPPED, str(exc)))
         except RemoteError as exc:
-            out.result, out.failed = Result.FAILED, True
-            out.detail = f"cannot use the remote cluster: {exc}"
-            return None
+            return None, Report(failed(f"cannot use the remote cluster: {exc}"))
         except KubeError as exc:
-            out.result, out.failed = Result.FAILED, True
-            out.detail = (
-                f"cannot list Helm storage in namespace {storage.storage_namespace(hr)}: {exc}"
+            return None, Report(
+                failed(
+                    f"cannot list Helm storage in namespace {storage.storage_namespace(hr)}: {exc}"
+                )
             )
-            return None
         verdict = plan.storage_verdict(hr, secrets)
         choice = verdict.choice
-        out.revision = choice.revision.number if choice.revision is not None else None
+        report = Report(revision=choice.revision.number if choice.revision is not None else None)
         if verdict.verdict is not plan.Verdict.RECOVER:
-            out.result, out.detail = Result(verdict.verdict.value), verdict.detail
-            return None
-        return choice
+            return None, report.end(Ending(Result(verdict.verdict.value), verdict.detail))
+        return choice, report
 
-    def recover(self, hr: Obj, out: Outcome, watch: ReleaseWatch | None = None) -> None:
+    def recover(self, hr: Obj, watch: ReleaseWatch | None = None) -> Report:
         """The recovery sequence on ``hr``, the fresh read that decided; ``watch`` is the
         watch-list that read came from (the caller closes it), else one is opened here."""
-        choice = self._choose(hr, out)
+        choice, report = self._choose(hr)
         if choice is None:
-            return
+            return report
         rev = choice.revision
         assert rev is not None and rev.number is not None  # choose_revision's ok contract
         if self.should_stop():
-            out.result, out.detail = Result.DEFERRED, "shutting down; recovery not started"
-            return
+            return report.end(deferred("shutting down; recovery not started"))
         if self.kube.dry_run:
-            self._recover_watched(hr, choice, out, None)
-            return
+            return self._recover_watched(hr, choice, report, None)
         if watch is not None:
-            self._recover_watched(hr, choice, out, watch)
-            return
+            return self._recover_watched(hr, choice, report, watch)
         # one WATCH from the deciding read: the acquire goes out on the newest state, a
         # 409 is re-decided on what the stream carries, and the handshake waits on it
         own = ReleaseWatch(self.kube, hr, self.opt.handshake_timeout + SETTLE_BOUND + 5)
         try:
-            self._recover_watched(hr, choice, out, own)
+            return self._recover_watched(hr, choice, report, own)
         finally:
             own.close()
 
@@ -130,122 +143,114 @@ class Saga(Handshake):
         return reread
 
     def _recover_watched(
-        self, hr: Obj, choice: storage.Choice, out: Outcome, watch: ReleaseWatch | None
-    ) -> None:
+        self, hr: Obj, choice: storage.Choice, report: Report, watch: ReleaseWatch | None
+    ) -> Report:
         rev = choice.revision
         assert rev is not None and rev.number is not None
         first = watch.settle() if watch is not None else hr
         if first is None:
-            out.result = Result.DEFERRED
-            out.detail = "the release was deleted before it could be suspended; storage left intact"
-            return
+            return report.end(
+                deferred(
+                    "the release was deleted before it could be suspended; storage left intact"
+                )
+            )
         try:
             held = self.acquire(hr, rev.number, first=first, reread=self._newer(watch))
         except KubeError as exc:
-            out.result, out.failed = Result.FAILED, True
-            out.detail = f"could not suspend the release: {exc}"
+            lost = f"could not suspend the release: {exc}"
             # the apply may have landed although its answer was lost (timeout, 5xx)
             try:
-                self._final_relinquish(self._fresh(hr), out)
+                fresh = self._fresh(hr)
             except KubeError as again:
-                out.detail += (
-                    f"; the release could not be read again ({again}), so it may "
-                    f"be left suspended and fenced: {leftover_hint(hr)}"
+                return report.end(
+                    failed(
+                        f"{lost}; the release could not be read again ({again}), so it may "
+                        f"be left suspended and fenced: {leftover_hint(hr)}"
+                    )
                 )
-            return
+            return self._final_relinquish(fresh, report.end(failed(lost)))
         if held is None:
             self._event(hr, plan.RECOVERY_DEFERRED)
-            out.result = Result.DEFERRED
-            out.detail = (
-                "spec.suspend was taken by another manager or the release began "
-                "terminating between read and write"
+            return report.end(
+                deferred(
+                    "spec.suspend was taken by another manager or the release began "
+                    "terminating between read and write"
+                )
             )
-            return
-        out.steps.append(ACQUIRE.done)
+        report = report.did(ACQUIRE.done)
         # From here on every exit relinquishes exactly once.
         current: Obj | None = held
         try:
-            current = self._holding(held, rev.number, out, watch)
-            if current is None or out.result == Result.DEFERRED:
-                return
-            deleted = self._delete_judged(current, choice, out)
-            if deleted is not None:
-                self._recorded_event(current, deleted, out.backup)
+            current, report = self._holding(held, rev.number, report, watch)
+            if current is not None and report.ending is None:
+                report = self._delete_judged(current, choice, report)
         except KubeError as exc:
-            out.result, out.failed = Result.FAILED, True
-            out.detail = f"recovery interrupted: {exc}"
+            report = report.end(failed(f"recovery interrupted: {exc}"))
         except Stopped:
-            out.result, out.detail = (
-                Result.DEFERRED,
-                "shutting down; recovery aborted before the delete",
-            )
+            report = report.end(deferred("shutting down; recovery aborted before the delete"))
         finally:
-            self._final_relinquish(current, out)
+            report = self._final_relinquish(current, report)
+        return report
 
     def _holding(
-        self, held: Obj, revision: int, out: Outcome, watch: ReleaseWatch | None = None
-    ) -> Obj | None:
+        self, held: Obj, revision: int, report: Report, watch: ReleaseWatch | None = None
+    ) -> tuple[Obj | None, Report]:
         """While holding the release: wait for helm-controller's handshake, then record the
-        revision rv-locked to the state just judged.  Returns that state, or sets ``out``
-        to deferred (and returns the last state seen) when the delete must not happen."""
+        revision rv-locked to the state just judged.  Returns that state and the report
+        (the record done), or the last state seen and the report ended as deferred when
+        the delete must not happen."""
         # 1. helm-controller must have observed the suspended generation: it is then
         #    not mid-action on this release (a watch from our apply's rv)
         current = self._await_handshake(held, watch)
         if current is None or detect.is_terminating(current):
-            out.result, out.detail = Result.DEFERRED, TERMINATING_DETAIL
-            return current
+            return current, report.end(deferred(TERMINATING_DETAIL))
         if detect.observed_lags(current) and not self.kube.dry_run:
-            out.result = Result.DEFERRED
-            out.detail = (
-                f"helm-controller did not acknowledge the suspension within "
-                f"{self.opt.handshake_timeout:.0f}s; storage left intact"
+            return current, report.end(
+                deferred(
+                    f"helm-controller did not acknowledge the suspension within "
+                    f"{self.opt.handshake_timeout:.0f}s; storage left intact"
+                )
             )
-            return current
         # 2. record the revision, locked to the resourceVersion of the state just
         #    judged: its answer is the re-read (any write since → 409 → re-decided)
         current, recorded = self._record(current, revision)
         if current is None or detect.is_terminating(current):
-            out.result, out.detail = Result.DEFERRED, TERMINATING_DETAIL
-            return current
+            return current, report.end(deferred(TERMINATING_DETAIL))
         if not recorded:
-            out.result = Result.DEFERRED
-            out.detail = (
-                "the release changed under us during recovery (another writer "
-                "took spec.suspend or changed its spec); storage left intact"
+            return current, report.end(
+                deferred(
+                    "the release changed under us during recovery (another writer "
+                    "took spec.suspend or changed its spec); storage left intact"
+                )
             )
-            return current
-        out.steps.append(RECORD.done.format(revision=revision))
+        report = report.did(RECORD.done.format(revision=revision))
         if self.should_stop():
-            out.result, out.detail = (
-                Result.DEFERRED,
-                "shutting down; recovery aborted before the delete",
+            return current, report.end(
+                deferred("shutting down; recovery aborted before the delete")
             )
-            return current
         if not self.kube.dry_run and not (
             detect.is_suspended(current) and ownership.owns_suspend(current)
         ):
-            out.result = Result.DEFERRED
-            out.detail = "another manager took spec.suspend during recovery; storage left intact"
-        return current
+            return current, report.end(
+                deferred("another manager took spec.suspend during recovery; storage left intact")
+            )
+        return current, report
 
-    def _delete_judged(
-        self, current: Obj, choice: storage.Choice, out: Outcome
-    ) -> storage.Revision | None:
+    def _delete_judged(self, current: Obj, choice: storage.Choice, report: Report) -> Report:
         """DELETE the judged revision.  A 409 (the Secret was rewritten in place since the
         LIST, e.g. Helm marked it deployed) or 404 re-decides on a fresh LIST while we still
         hold the release: the same revision still blocking is deleted with its new
-        resourceVersion (once); anything else leaves storage as it is and says why."""
+        resourceVersion (once); anything else leaves storage as it is and says why.  Once
+        deleted, a ``Recovered`` Event says so."""
         rev = choice.revision
         assert rev is not None
         release = storage.release_name(current)
         where = self.storage_where(current)
         for again in (False, True):
             try:
-                out.backup = self.delete_revision(current, rev)
+                backup = self.delete_revision(current, rev)
             except BackupError as exc:
-                out.result, out.failed = Result.FAILED, True
-                out.detail = f"{exc}; nothing deleted"
-                return None
+                return report.end(failed(f"{exc}; nothing deleted"))
             except KubeError as exc:
                 if not (exc.conflict or exc.not_found):
                     raise
@@ -259,24 +264,28 @@ class Saga(Handshake):
                 if not again and same and redo.revision is not None:
                     rev, choice = redo.revision, redo
                     continue
-                out.result = Result.DEFERRED if exc.not_found or redo.ok else Result.SKIPPED
-                out.detail = (
-                    f"Secret {rev.namespace}/{rev.name} changed after it was judged "
-                    f"and was not deleted: {redo.reason}"
+                return report.end(
+                    Ending(
+                        Result.DEFERRED if exc.not_found or redo.ok else Result.SKIPPED,
+                        f"Secret {rev.namespace}/{rev.name} changed after it was judged "
+                        f"and was not deleted: {redo.reason}",
+                    )
                 )
-                return None
             break
-        if out.backup:
-            out.steps.append(f"saved to {out.backup}")
-        out.steps.append(DELETE.done.format(**step_args(choice, where)))
-        out.result = Result.RECOVERED
-        out.detail = (
-            f"deleted revision {rev.number} ({choice.helm_status}) of release "
-            f"{release}{where}"
-            + (f" (backup: {out.backup})" if out.backup else "")
-            + "; helm-controller will reconcile it again"
+        report = replace(report, backup=backup)
+        if backup:
+            report = report.did(f"saved to {backup}")
+        report = report.did(DELETE.done.format(**step_args(choice, where))).end(
+            Ending(
+                Result.RECOVERED,
+                f"deleted revision {rev.number} ({choice.helm_status}) of release "
+                f"{release}{where}"
+                + (f" (backup: {backup})" if backup else "")
+                + "; helm-controller will reconcile it again",
+            )
         )
-        return rev
+        self._recorded_event(current, rev, backup)
+        return report
 
     def _recorded_event(self, hr: Obj, rev: storage.Revision, backup: str = "") -> None:
         """A Normal ``Recovered`` Event naming the revision and Secret deleted (its cluster
@@ -292,30 +301,26 @@ class Saga(Handshake):
             + (f"; backup: {backup}" if backup else ""),
         )
 
-    def _final_relinquish(self, current: Obj | None, out: Outcome) -> None:
+    def _final_relinquish(self, current: Obj | None, report: Report) -> Report:
         """The one relinquish of every exit after the acquire.  When someone else took
         spec.suspend meanwhile there is nothing of ours to lift, but our fence must not
         outlive us (SPEC §6: live → drop it; terminating and suspended by another manager
-        → drop it; terminating and unsuspended → keep it for the uninstall).  When that
-        fails, ``out`` says what is left and which command lifts it."""
+        → drop it; terminating and unsuspended → keep it for the uninstall).  Returns the
+        report with what was lifted, or — when that fails — failed and saying what is left
+        and which command lifts it."""
         if current is None:
-            return
+            return report
         try:
             lifted = self.relinquish(current) if ownership.owns_suspend(current) else None
             if lifted is not None:
-                out.steps.append(RELINQUISH.done)
-                return
+                return report.did(RELINQUISH.done)
             if self._drop_fence_not_ours(current):
-                out.steps.append("removed the fence")
+                return report.did("removed the fence")
+            return report
         except KubeError as exc:
             if not exc.conflict:
                 self._event(current, plan.UNSUSPEND_FAILED)
-            cleanup = f"could not lift our suspension ({exc}); {leftover_hint(current)}"
-            if out.result != Result.FAILED:
-                out.detail = f"{out.detail}; but {cleanup}"
-            else:
-                out.detail = f"{out.detail}; {cleanup}"
-            out.result, out.failed = Result.FAILED, True
+            return report.but(f"could not lift our suspension ({exc}); {leftover_hint(current)}")
 
     def _drop_fence_not_ours(self, current: Obj) -> bool:
         """Our suspension is not ours any more: on a fresh read, drop our fence where SPEC
@@ -333,34 +338,29 @@ class Saga(Handshake):
             return self.remove_fence(fresh) is not None
         return False
 
-    def _relinquish_or_warn(self, hr: Obj, out: Outcome) -> None:
+    def _relinquish_or_warn(self, hr: Obj) -> Report:
         try:
             lifted = self.relinquish(hr)
             removed = lifted is None and self._drop_fence_not_ours(hr)
         except KubeError as exc:
             if not exc.conflict:
                 self._event(hr, plan.UNSUSPEND_FAILED)
-            out.result, out.failed = Result.FAILED, True
-            out.detail = f"could not lift our suspension: {exc}; {leftover_hint(hr)}"
-            return
+            return Report(failed(f"could not lift our suspension: {exc}; {leftover_hint(hr)}"))
         if lifted is None:
             # the suspension changed hands (or the release went) after the read that decided
-            out.result = Result.FENCE_REMOVED if removed else Result.UNCHANGED
-            out.detail = (
-                "the suspension is no longer ours (another manager took "
-                "spec.suspend, or the release is gone): nothing of ours to lift"
+            return Report(
+                Ending(
+                    Result.FENCE_REMOVED if removed else Result.UNCHANGED,
+                    "the suspension is no longer ours (another manager took "
+                    "spec.suspend, or the release is gone): nothing of ours to lift",
+                ),
+                steps=("removed the fence",) if removed else (),
             )
-            if removed:
-                out.steps.append("removed the fence")
-            return
-        out.result = Result.RELINQUISHED
-        out.steps.append("lifted our suspension")
+        return Report(Ending(Result.RELINQUISHED), steps=("lifted our suspension",))
 
-    def _remove_fence(self, hr: Obj, out: Outcome) -> None:
+    def _remove_fence(self, hr: Obj) -> Report:
         try:
             removed = self.remove_fence(hr) is not None
         except KubeError as exc:
-            out.result, out.failed = Result.FAILED, True
-            out.detail = f"could not remove the fence: {exc}; {fence_hint(hr)}"
-            return
-        out.result = Result.FENCE_REMOVED if removed else Result.UNCHANGED
+            return Report(failed(f"could not remove the fence: {exc}; {fence_hint(hr)}"))
+        return Report(Ending(Result.FENCE_REMOVED if removed else Result.UNCHANGED))
