@@ -131,6 +131,26 @@ def test_no_row_or_result_literal_outside_the_enums() -> None:
     assert not found, "\n".join(found)
 
 
+def test_the_design_doc_lists_every_row_and_result() -> None:
+    """docs/DESIGN.md's two reference tables name exactly the members of the enums."""
+    import re
+    from pathlib import Path
+
+    from kubectl_flux_plunger.executor import Result
+
+    doc = (Path(plan.__file__).parent.parent / "docs" / "DESIGN.md").read_text()
+    section = doc.split("### Rows and results", 1)[1].split("\n#", 1)[0]
+
+    def first_column(header: str) -> list[str]:
+        table = section.split(header, 1)[1].split("\n\n", 1)[0]
+        return re.findall(r"^\| `([a-z-]+)` \|", table, flags=re.M)
+
+    rows = first_column("| row (`plan.Row`)")
+    results = first_column("| result (`executor.Result`)")
+    assert rows == [m.value for m in plan.Row]          # every row once, in the enum's order
+    assert results == [m.value for m in Result]
+
+
 def test_decisions_carry_a_one_line_reason() -> None:
     for param in ROWS:
         decision = decide(param.values[0], NOW)
