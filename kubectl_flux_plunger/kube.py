@@ -475,6 +475,7 @@ class Kube:
         # the server answers watch-lists (sendInitialEvents; WatchList, on by default
         # since Kubernetes 1.34); cleared on the first 400/422 to one
         self.watch_list = True
+        self.watch_list_misses = 0  # watch-lists in a row that gave no state
         self.stats = Stats()
         self.before_request: Callable[[str, str], object] | None = None
         from . import __version__

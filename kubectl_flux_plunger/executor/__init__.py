@@ -17,6 +17,7 @@ pushing its stale view through.  One job per module:
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -41,6 +42,8 @@ from .outcome import (
     utcnow,
 )
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "Executor",
     "Options",
@@ -57,6 +60,8 @@ __all__ = [
 # with a GET instead (the state arrives at once; only a missing release waits for the
 # end-of-initial-events bookmark, which the apiserver sends within about a second).
 FIRST_WAIT = 5.0
+# Watch-lists that gave no state in a row before this process reads with GETs only.
+WATCH_LIST_MISSES = 3
 
 
 class Executor(DryRun):
@@ -110,15 +115,31 @@ class Executor(DryRun):
         ):
             return self.kube.get_hr(namespace, name), None
         try:
-            return ReleaseWatch.read(self.kube, namespace, name, self.watch_timeout(), FIRST_WAIT)
+            read = ReleaseWatch.read(self.kube, namespace, name, self.watch_timeout(), FIRST_WAIT)
+            self.kube.watch_list_misses = 0
+            return read
         except KubeError as exc:
             if exc.not_found and not exc.object_missing:
                 raise  # the API itself is missing: the GET would say the same
             if exc.status in (400, 422):
-                self.kube.watch_list = False  # no WatchList on this server
-        except InitialStateUnknown:
-            pass
+                self._no_watch_lists(str(exc))  # no WatchList on this server
+            else:
+                self._watch_list_missed(str(exc))
+        except InitialStateUnknown as exc:
+            self._watch_list_missed(str(exc))
         return self.kube.get_hr(namespace, name), None
+
+    def _watch_list_missed(self, why: str) -> None:
+        """A watch-list that gave no state (a stream ERROR, silence, a failing server):
+        after WATCH_LIST_MISSES in a row this process reads with GETs (a server whose
+        storage cannot serve them fails every one the same way)."""
+        self.kube.watch_list_misses += 1
+        if self.kube.watch_list_misses >= WATCH_LIST_MISSES:
+            self._no_watch_lists(why)
+
+    def _no_watch_lists(self, why: str) -> None:
+        self.kube.watch_list = False
+        log.info("the server does not serve watch-lists (%s): reading with GET", why)
 
     def watch_timeout(self) -> float:
         """How long a release's watch may stay open: the acquire, the handshake, margin."""

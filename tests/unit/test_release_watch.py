@@ -43,6 +43,7 @@ class FakeKube:
         self.script = script
         self.hr = hr
         self.watch_list = True
+        self.watch_list_misses = 0
         self.watches: list[dict] = []
         self.gets = 0
         self.resps: list[_Resp] = []
@@ -142,6 +143,26 @@ def test_read_watched_reads_with_a_get_when_the_watch_list_gives_no_state(script
     hr, watch = _executor(kube).read_watched(NS, NAME)
     assert hr == _hr("4") and watch is None and kube.gets == 1
     assert kube.watch_list is True  # a passing failure: the next read tries again
+
+
+def test_watch_lists_that_keep_giving_no_state_are_given_up(monkeypatch):
+    monkeypatch.setattr("kubectl_flux_plunger.executor.FIRST_WAIT", 0.05)
+    kube = FakeKube([{"type": "ERROR", "object": {"kind": "Status", "code": 500}}], hr=_hr("4"))
+    ex = _executor(kube)
+    for _ in range(3):
+        assert ex.read_watched(NS, NAME) == (_hr("4"), None)
+    assert kube.watch_list is False and len(kube.watches) == 3
+    ex.read_watched(NS, NAME)
+    assert len(kube.watches) == 3 and kube.gets == 4       # GETs only from now on
+
+
+def test_a_watch_list_that_works_again_resets_the_count(monkeypatch):
+    kube = FakeKube([{"type": "ADDED", "object": _hr("5")}], hr=_hr("4"))
+    kube.watch_list_misses = 2
+    hr, watch = _executor(kube).read_watched(NS, NAME)
+    assert watch is not None
+    watch.close()
+    assert hr == _hr("5") and kube.watch_list_misses == 0 and kube.watch_list is True
 
 
 def test_read_watched_says_the_api_is_missing_like_the_get_would():
