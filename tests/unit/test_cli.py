@@ -13,13 +13,22 @@ of the supported click range are tested.
   at a cluster;
 * every verb's help ends with `Examples:` using the name it was called by;
 * kubectl's connection flags exist on every cluster verb and refuse bad combinations.
+
+Most cases call the entry point in this process (`run`: the same ``main`` the executables
+call, with their program name in ``sys.argv[0]``, the environment cleaned the same way and
+stdout/stderr captured); the installed executables themselves are started (`run_installed`)
+with no verb and with flags typed before the verb the way flux execs the plugin, and by
+tests/cli/test_completion.py through kubectl and bash.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -28,15 +37,46 @@ VERBS = ["status", "recover", "resume-owned", "release-fence", "restore", "versi
 CLUSTER_VERBS = ["status", "recover", "resume-owned", "release-fence", "restore", "version"]
 
 
-def run(*args: str, prog: str = "kubectl-flux_plunger", home: Path | None = None,
-        **env: str) -> subprocess.CompletedProcess:
-    e = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+def environment(home: Path | None, env: dict[str, str]) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+         and not k.endswith("_COMPLETE")}
     if home is not None:
         e["HOME"] = str(home)
     e.update(env)
+    return e
+
+
+def run_installed(*args: str, prog: str = "kubectl-flux_plunger", home: Path | None = None,
+                  **env: str) -> subprocess.CompletedProcess:
+    """The installed executable PROG, started with ARGS."""
     exe = VENV_BIN / prog
     return subprocess.run([str(exe), *args], executable=str(exe), capture_output=True,
-                          text=True, env=e, timeout=60, stdin=subprocess.DEVNULL)
+                          text=True, env=environment(home, env), timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def run(*args: str, prog: str = "kubectl-flux_plunger", home: Path | None = None,
+        **env: str) -> subprocess.CompletedProcess:
+    """What the executable PROG prints and returns for ARGS, run in this process: the entry
+    point's ``main`` with PROG as ``sys.argv[0]`` and the environment `run_installed` gives
+    (a pipe's 80 columns unless COLUMNS says otherwise)."""
+    from kubectl_flux_plunger.entry import main
+    e = environment(home, env)
+    e.setdefault("COLUMNS", "80")
+    # text streams over bytes, like a pipe's: click writes some output to their .buffer
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="utf-8") for _ in range(2))
+    with mock.patch.dict(os.environ, e, clear=True), \
+            mock.patch.object(sys, "argv", [str(VENV_BIN / prog), *args]), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main()
+        except SystemExit as exc:       # what the console script would exit with
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    text = []
+    for stream in (out, err):
+        stream.flush()
+        text.append(stream.buffer.getvalue().decode())
+    return subprocess.CompletedProcess([prog, *args], code, *text)
 
 
 def test_click_in_use_is_within_the_pinned_range():
@@ -52,7 +92,7 @@ def test_click_in_use_is_within_the_pinned_range():
 @pytest.mark.parametrize("prog, name", [("kubectl-flux_plunger", "kubectl flux-plunger"),
                                         ("flux-plunger", "flux plunger")])
 def test_no_verb_prints_the_help_and_succeeds(prog, name):
-    p = run(prog=prog)
+    p = run_installed(prog=prog)
     assert p.returncode == 0, p.stderr
     assert p.stderr == ""
     assert p.stdout.startswith(f"Usage: {name} ")
@@ -109,6 +149,14 @@ def test_flags_before_the_verb_reach_it_like_flux_passes_them(args, tmp_path):
     it stops at the missing kubeconfig, i.e. after parsing every flag)."""
     p = run(*args, prog="flux-plunger", home=tmp_path)
     assert p.returncode == 1, p.stderr
+    assert p.stderr.startswith("error: no configuration has been provided"), p.stderr
+
+
+def test_the_installed_flux_plunger_takes_flags_before_the_verb(tmp_path):
+    """The same as flux execs it: the installed executable, a flag before the verb."""
+    p = run_installed("-n", "team-b", "status", "-A", prog="flux-plunger", home=tmp_path)
+    assert p.returncode == 1, p.stderr
+    assert p.stdout == ""
     assert p.stderr.startswith("error: no configuration has been provided"), p.stderr
 
 
@@ -170,6 +218,26 @@ def test_cobra_complete_protocol(prog, tmp_path):
     # no cluster to ask: no namespaces, still a well-formed answer
     p = run("__complete", "status", "-n", "", prog=prog, home=tmp_path)
     assert p.returncode == 0 and p.stdout == ":4\n"
+    # a flag taking a file: no candidates, cobra's default directive (the shell completes paths)
+    p = run("__complete", "status", "--kubeconfig", "", prog=prog, home=tmp_path)
+    assert p.returncode == 0 and p.stdout == ":0\n"
+
+
+@pytest.mark.parametrize("prog, var, registers", [
+    ("kubectl-flux_plunger", "_KUBECTL_FLUX_PLUNGER_COMPLETE",
+     "complete -o nosort -F _kubectl_flux_plunger_completion kubectl-flux_plunger"),
+    ("flux-plunger", "_FLUX_PLUNGER_COMPLETE", "compdef _flux_plunger_completion flux-plunger"),
+])
+def test_completion_scripts_and_answers_name_the_executable(prog, var, registers, tmp_path):
+    """`eval "$(VAR=bash_source PROG)"` (docs/INSTALL.md): the script registers the executable's
+    own name, not the "kubectl flux-plunger" users read in the help; then the shell asks
+    PROG with VAR=bash_complete.  tests/cli/test_completion.py runs both in a real bash."""
+    shell = "zsh" if prog == "flux-plunger" else "bash"
+    p = run(prog=prog, home=tmp_path, **{var: f"{shell}_source"})
+    assert p.returncode == 0 and registers in p.stdout, p.stdout + p.stderr
+    p = run(prog=prog, home=tmp_path, COMP_WORDS=f"{prog} st", COMP_CWORD="1",
+            **{var: "bash_complete"})
+    assert p.returncode == 0 and p.stdout.splitlines() == ["plain,status"], p.stdout + p.stderr
 
 
 # -- the hoisting itself (pure) ----------------------------------------------------------------
