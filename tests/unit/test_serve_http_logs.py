@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import threading
 import urllib.error
 import urllib.request
 
@@ -40,14 +41,22 @@ class Probe:
 @pytest.fixture(scope="module")
 def served():
     """One server for probes and metrics, one for metrics only, one for probes only
-    (each test sets readiness and the renderer it needs; stopping costs 0.5 s a server)."""
+    (each test sets readiness and the renderer it needs; stopping costs up to 0.5 s)."""
     probe = Probe()
     e = Endpoints(ready=probe, render_metrics=None)
     e.start(LOOPBACK, LOOPBACK)                 # the same address: one server, three paths
     e.start(LOOPBACK, None)
     e.start(None, LOOPBACK)
     yield e, probe
+    # stop() shuts the servers down one after another, each waiting for serve_forever's next
+    # 0.5 s poll: ask them all at once first (stop() then finds each one stopped)
+    asking = [threading.Thread(target=server.shutdown) for server in e.servers]
+    for thread in asking:
+        thread.start()
+    for thread in asking:
+        thread.join(timeout=10)
     e.stop()
+    assert e.servers == []
 
 
 def test_probes_and_metrics_on_one_address(served):
