@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: set-up, the fast checks (./hack/lint.sh, the krew manifest, the
-# CLI on the lowest click; seconds), then the tiers one by one — unit, apiserver, e2e, kind
+# CLI on the lowest click; seconds), then the tiers one by one — unit, cli, apiserver, e2e, kind
 # (kind where a Docker engine answers) — each with branch coverage of the package (CLI runs
-# in subprocesses included), printed per tier, and the floors below enforced.  A failing fast
-# check or unit tier stops before the slow tiers.
+# in subprocesses included) and its wall time, printed per tier, and the floors below
+# enforced.  A failing fast check, unit or cli tier stops before the slow tiers.
 #
 #   ./hack/test.sh                 everything, as CI runs it (.ci/run)
 #   ./hack/test.sh PYTEST-ARGS...  set-up, lint, then just `pytest PYTEST-ARGS...` (no coverage)
@@ -38,7 +38,7 @@ CORE_FLOOR=100
 # the CLI on the lowest click pyproject.toml allows (the venv has the newest pip resolves)
 click_lowest=$(sed -n 's/^ *"click>=\([0-9.]*\),.*/\1/p' pyproject.toml)
 PYTHONPATH=".venv/click-$click_lowest" .venv/bin/python -m pytest -q -p no:cacheprovider \
-  tests/unit/test_cli.py tests/unit/test_completion.py
+  tests/unit/test_cli.py tests/cli
 
 PY=.venv/bin/python
 no_tests() {
@@ -60,9 +60,9 @@ rm -rf "$data"
 mkdir -p "$data"
 report() { "$PY" -m coverage report --data-file="$1" "${@:2}"; }
 failed=()
-for tier in unit apiserver e2e kind; do
+for tier in unit cli apiserver e2e kind; do
   echo "== $tier tier"
-  started=$SECONDS
+  started=${EPOCHREALTIME/,/.}
   set +e
   # an absolute COVERAGE_FILE: CLI subprocesses run in other directories
   COVERAGE_FILE=$data/$tier "$PY" -m pytest "tests/$tier" -m "$tier" --cov --cov-report= \
@@ -76,12 +76,13 @@ for tier in unit apiserver e2e kind; do
     0|0.0) total="nothing measured (no test ran)" ;;
     *) total="${total}% of the package (branch)" ;;
   esac
-  echo "coverage: $tier tier ${total}; the tier took $((SECONDS - started))s"
+  took=$(awk -v a="$started" -v b="${EPOCHREALTIME/,/.}" 'BEGIN { printf "%.1f", b - a }')
+  echo "coverage: $tier tier ${total}; the tier took ${took}s"
+  if [ "$rc" -ne 0 ] && { [ "$tier" = unit ] || [ "$tier" = cli ]; }; then
+    echo "error: the $tier tier failed; the slow tiers were not run" >&2
+    exit "$rc"
+  fi
   if [ "$tier" = unit ]; then
-    if [ "$rc" -ne 0 ]; then
-      echo "error: the unit tier failed; the slow tiers were not run" >&2
-      exit "$rc"
-    fi
     if ! report "$data/unit" --include="$CORE" --fail-under="$CORE_FLOOR" >"$data/core.txt"; then
       cat "$data/core.txt"
       echo "error: the unit tier covers less than ${CORE_FLOOR}% of the pure core" >&2
@@ -92,7 +93,7 @@ done
 
 echo "== coverage of the package, every tier"
 tiers=()
-for tier in unit apiserver e2e kind; do
+for tier in unit cli apiserver e2e kind; do
   [ -f "$data/$tier" ] && tiers+=("$data/$tier")
 done
 "$PY" -m coverage combine --keep --quiet --data-file="$data/all" "${tiers[@]}"

@@ -1,5 +1,5 @@
-"""Shared fixtures.  Tiers are markers given by directory (tests/unit, tests/apiserver,
-tests/e2e, tests/kind).  The apiserver and e2e tiers run against a real kube-apiserver +
+"""Shared fixtures.  Tiers are markers given by directory (tests/unit, tests/cli,
+tests/apiserver, tests/e2e, tests/kind).  The apiserver and e2e tiers run against a real kube-apiserver +
 etcd compiled from Go modules (see testplane/); a missing toolchain fails them loudly —
 only the kind tier may skip."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TIERS = ("unit", "apiserver", "e2e", "kind")
+TIERS = ("unit", "cli", "apiserver", "e2e", "kind")
 
 
 def pytest_collection_modifyitems(config, items):
