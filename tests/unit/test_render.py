@@ -2,6 +2,7 @@
 lines, checked against golden files (regenerate with UPDATE_GOLDEN=1)."""
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -93,11 +94,21 @@ def test_status_table_all_namespaces_wide():
     golden("status-all-wide.txt", out)
 
 
-def schema_validator(kind: str):
+@functools.cache
+def checked_schema() -> dict:
+    """docs/output-schema.json, checked against the JSON Schema 2020-12 meta-schema (once:
+    checking it is what takes the time, ~0.15 s)."""
     import jsonschema
 
     schema = json.loads(SCHEMA.read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
+    return schema
+
+
+def schema_validator(kind: str):
+    import jsonschema
+
+    schema = checked_schema()
     jsonschema.Draft202012Validator(schema)  # the whole schema: one of the documents
     only = {k: v for k, v in schema.items() if k != "oneOf"}
     return jsonschema.Draft202012Validator({**only, "$ref": f"#/$defs/{kind}List"},
