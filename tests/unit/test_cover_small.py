@@ -107,3 +107,84 @@ def test_outcome_as_dict_names_the_backup_only_when_there_is_one():
     assert o.as_dict()["backup"] == "file /b/x.json"
     d["steps"].append("x")
     assert o.steps == ["suspend"]                  # a copy, not the outcome's own list
+
+
+# -- release-fence: a fence that keeps coming back, the global deadline -------------------------
+
+class _Prims:
+    """Executor stand-in: the suspension lift hands the release on; every fence removal
+    leaves it fenced again (a controller still running)."""
+
+    def __init__(self, kube=None):
+        self.removals = 0
+
+    def retry_on_conflict(self, hr, attempt, **kwargs):
+        return hr
+
+    def remove_fence(self, hr, **kwargs):
+        self.removals += 1
+        return hr
+
+
+def test_a_fence_that_keeps_coming_back_is_not_released(monkeypatch):
+    from kubectl_flux_plunger import constants
+    from kubectl_flux_plunger.verbs import release_fence as rf
+
+    from . import builders as B
+
+    made = []
+    monkeypatch.setattr(rf, "Executor", lambda kube: made.append(_Prims()) or made[-1])
+    res = rf.release_one(None, B.hr("a", "apps", finalizers=[constants.FENCE]), window=5)
+    assert (res.released, res.detail) == (False, "the fence could not be removed: the fence "
+                                          "keeps coming back; is a flux-plunger controller "
+                                          "still running?")
+    assert made[0].removals == rf.MAX_FENCE_REMOVALS
+
+
+def test_the_global_deadline_reports_what_was_not_released(monkeypatch):
+    import threading
+
+    from kubectl_flux_plunger import constants
+    from kubectl_flux_plunger.verbs import release_fence as rf
+
+    from . import builders as B
+
+    started, gate = threading.Event(), threading.Event()
+    now = [100.0]
+
+    class Clock:
+        @staticmethod
+        def monotonic():
+            return now[0]
+
+    def release_one(kube, hr, window, deadline, stop):
+        name = hr["metadata"]["name"]
+        if name == "boom":
+            raise ValueError("bad data")
+        started.set()
+        gate.wait(10)                      # held until the test ends
+        return FenceResult("apps", name, True, False, "")
+
+    def wait_then_pass_the_deadline(pending, timeout, return_when):
+        # hand back the one that failed at once; then the deadline passes while "slow" runs
+        assert started.wait(10)
+        done = {f for f in pending if f.done()}
+        now[0] = 200.0
+        return done, pending - done
+
+    monkeypatch.setattr(rf, "time", Clock)
+    monkeypatch.setattr(rf, "release_one", release_one)
+    monkeypatch.setattr(rf, "wait", wait_then_pass_the_deadline)
+    fenced = [B.hr(n, "apps", finalizers=[constants.FENCE]) for n in ("boom", "slow", "queued")]
+    fenced.insert(1, B.hr("unfenced", "apps"))
+    try:
+        results = rf.run(None, fenced, deadline=150.0, concurrency=1)
+    finally:
+        gate.set()
+    assert [(r.name, r.released, r.detail) for r in results] == [
+        ("boom", False, "unexpected error: bad data"),
+        ("slow", False, "the deadline passed while it was being released (stopped before its "
+                        "next write; one already sent may still release it)"),
+        ("queued", False, "the deadline passed before it could be released"),
+    ]
+    assert rf.summary(results) == "released 0 of 3 fenced HelmReleases, 0 without an uninstall"
