@@ -226,6 +226,10 @@ def test_release_fence_client_dry_run_outputs(capsys, routed):
     code, out, _ = run(capsys, "release-fence", "-n", "apps", "--dry-run=client", "-o", "name",
                        "a")
     assert code == 0 and out == "helmrelease.helm.toolkit.fluxcd.io/a\n"
+    code, out, _ = run(capsys, "release-fence", "-n", "apps", "--dry-run=client", "a")
+    assert code == 0 and out.splitlines() == [
+        "helmrelease.helm.toolkit.fluxcd.io/a would release the uninstall fence (dry run)",
+        "would release 1 fenced HelmReleases (dry run)"]
 
 
 def test_release_fence_warns_when_stopped_pods_cannot_be_listed(capsys, routed, monkeypatch):
