@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'adbd4206'
+FINGERPRINT = '7d0c3b6f'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

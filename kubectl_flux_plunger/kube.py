@@ -404,7 +404,8 @@ def _load_client_configuration(
         raise
     except ConfigException as exc:
         text = " ".join(str(exc).split())
-        m = re.search(r"Expected object with name (\S+) in contexts list", text)
+        # the client names the list after the file it read: "... in /path/config/contexts list"
+        m = re.search(r"Expected object with name (\S+) in (?:.*/)?contexts list", text)
         if m:
             raise ConfigError(f'context "{m.group(1)}" does not exist') from None
         raise ConfigError(text) from None

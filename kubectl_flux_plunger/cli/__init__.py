@@ -447,7 +447,6 @@ def _watch_status(
 
     sel = s.selection
     ns = None if sel.all_namespaces else sel.namespace
-    first = True
     while True:
         rv = s.kube.request(
             "LIST", "GET", hr_path(ns), query={"labelSelector": sel.selector, "limit": 1}
@@ -471,7 +470,8 @@ def _watch_status(
                 shown.add(key)
                 if output in ("json", "yaml"):
                     text = render.dump(render.status_item(r), output)
-                    click.echo(("---\n" if output == "yaml" and not first else "") + text)
+                    # the listing's document (printed even when empty) came first
+                    click.echo(("---\n" if output == "yaml" else "") + text)
                 elif output == "name":
                     click.echo(render.names([key]))
                 else:
@@ -482,7 +482,6 @@ def _watch_status(
                             no_headers=True,
                         )
                     )
-                first = False
         except KubeError as exc:
             if exc.status != 410:
                 raise
@@ -1164,7 +1163,11 @@ def main(argv: list[str] | None = None) -> int:
         cmd = exc.ctx.command_path if exc.ctx else prog
         click.echo(f"See '{cmd} --help' for usage.", err=True)
         return int(Exit.USAGE)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            # Ctrl-C inside a command (e.g. ending `status --watch`): click turns it into
+            # Abort; exit as an interrupt, like kubectl, not as an error
+            return int(Exit.INTERRUPTED)
         click.echo("error: aborted", err=True)
         return int(Exit.FAILURE)
     except click.ClickException as exc:
