@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '7d0c3b6f'
+FINGERPRINT = 'a5477892'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

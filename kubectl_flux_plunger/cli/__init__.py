@@ -1164,9 +1164,10 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"See '{cmd} --help' for usage.", err=True)
         return int(Exit.USAGE)
     except click.exceptions.Abort as exc:
-        if isinstance(exc.__cause__, KeyboardInterrupt):
+        if isinstance(exc.__cause__ or exc.__context__, KeyboardInterrupt):
             # Ctrl-C inside a command (e.g. ending `status --watch`): click turns it into
-            # Abort; exit as an interrupt, like kubectl, not as an error
+            # Abort (chained with `from` since click 8.2, implicitly before); exit as an
+            # interrupt, like kubectl, not as an error
             return int(Exit.INTERRUPTED)
         click.echo("error: aborted", err=True)
         return int(Exit.FAILURE)
