@@ -98,7 +98,7 @@ def test_a_replacement_under_the_same_name_is_not_the_release_read():
     hr, watch = ReleaseWatch.read(kube, NS, NAME, timeout=30, first_wait=5)
     try:
         assert hr is not None
-        while watch.next(0.5):
+        while watch.latest is not None and watch.next(5):
             pass
         assert watch.latest is None
     finally:
@@ -114,7 +114,7 @@ def test_a_refused_watch_list_raises_its_error():
 def test_a_silent_stream_is_not_taken_for_a_state():
     kube = FakeKube([])
     with pytest.raises(InitialStateUnknown):
-        ReleaseWatch.read(kube, NS, NAME, timeout=30, first_wait=0.2)
+        ReleaseWatch.read(kube, NS, NAME, timeout=30, first_wait=0.05)
     assert kube.resps[0].closed.wait(5)  # closed on the way out
 
 
@@ -138,7 +138,7 @@ def test_read_watched_falls_back_to_a_get_for_good_when_the_server_has_no_watch_
     kube_error(403, "Forbidden", "cannot watch"),               # not allowed
 ])
 def test_read_watched_reads_with_a_get_when_the_watch_list_gives_no_state(script, monkeypatch):
-    monkeypatch.setattr("kubectl_flux_plunger.executor.FIRST_WAIT", 0.2)
+    monkeypatch.setattr("kubectl_flux_plunger.executor.FIRST_WAIT", 0.05)
     kube = FakeKube(script, hr=_hr("4"))
     hr, watch = _executor(kube).read_watched(NS, NAME)
     assert hr == _hr("4") and watch is None and kube.gets == 1
