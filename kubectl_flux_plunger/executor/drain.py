@@ -35,6 +35,10 @@ def _ignore(*_: object) -> None:
     return None
 
 
+def _released(out: Outcome) -> bool:
+    return out.result in DONE
+
+
 class Drain:
     def __init__(
         self,
@@ -59,10 +63,12 @@ class Drain:
         on_outcome: Callable[[str, Outcome], None] = _ignore,
         on_error: Callable[[str, KubeError], None] = _ignore,
         on_list_error: Callable[[KubeError], None] = _ignore,
+        settled: Callable[[Outcome], bool] = _released,
     ) -> DrainReport:
         """``held()`` names the releases (``namespace/name``) still to drain, fresh each
-        pass; a pass in which every one came out fence-removed or gone is followed by
-        another look, which ends the drain when nothing is held."""
+        pass; a pass in which every one came out ``settled`` (default: fence-removed or
+        gone) is followed at once by another look, which ends the drain when nothing is
+        held; after any other pass the next look waits one poll."""
         deadline = self.clock() + timeout
         count, passes = -1, 0
         while True:
@@ -79,26 +85,26 @@ class Drain:
             count = len(keys)
             if not keys:
                 return DrainReport(0, passes, True)
-            settled = True
+            all_settled = True
             for key in keys:
                 if not still_going():
                     return DrainReport(count, passes, False, stopped=True)
                 if self.clock() >= deadline:
-                    settled = False
+                    all_settled = False
                     break
                 ns, name = key.split("/", 1)
                 try:
                     out = self.executor.reconcile(ns, name, only_rows=only_rows)
                 except KubeError as exc:
-                    settled = False
+                    all_settled = False
                     on_error(key, exc)
                     continue
                 on_outcome(key, out)
-                if out.result not in DONE:
-                    settled = False
+                if not settled(out):
+                    all_settled = False
             if self.clock() >= deadline:
                 return DrainReport(count, passes, False)
-            if not settled and self._wait(deadline):
+            if not all_settled and self._wait(deadline):
                 with contextlib.suppress(KubeError):  # one last look: report a current count
                     count = len(held())
                 return DrainReport(count, passes, count == 0)

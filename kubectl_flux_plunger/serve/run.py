@@ -327,6 +327,7 @@ class Controller:
             drainer = Drainer(
                 self.kube,
                 self.drain_executor,
+                known=self.watcher.held_keys if self.watcher.synced.is_set() else None,
                 namespace=cfg.namespace,
                 selector=cfg.selector,
                 poll=min(1.0, cfg.fence_recheck),

@@ -1,12 +1,13 @@
 """List + watch HelmReleases and enqueue the keys the predicate selects (SPEC §8).
 
-No object cache: a LIST is consumed page by page and only keys are kept (the queue's, and the
-set of fenced keys behind the ``fences_held`` gauge).  The watch asks for bookmarks; a 410
-(ERROR event or HTTP status) starts a fresh LIST; any other failure (apiserver restarting,
-network) re-watches from the last resourceVersion after a backoff — and a resourceVersion the
-restarted apiserver no longer has answers 410, which relists.  A fresh LIST every
-``resync_period`` re-enqueues whatever the predicate selects, catching changes no watch event
-reports (e.g. a Helm storage Secret appearing).
+No object cache: a LIST is consumed page by page and only keys are kept (the queue's, the
+set of fenced keys behind the ``fences_held`` gauge, and the set of keys suspended with a
+spec.suspend we own — with the fenced ones, where the shutdown drain starts).  The watch asks
+for bookmarks; a 410 (ERROR event or HTTP status) starts a fresh LIST; any other failure
+(apiserver restarting, network) re-watches from the last resourceVersion after a backoff —
+and a resourceVersion the restarted apiserver no longer has answers 410, which relists.  A
+fresh LIST every ``resync_period`` re-enqueues whatever the predicate selects, catching
+changes no watch event reports (e.g. a Helm storage Secret appearing).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from .. import plan
-from ..detect import is_fenced
+from ..detect import is_fenced, is_suspended
 from ..kube import KubeError
 from ..objects import Obj
+from ..ownership import owns_suspend
 from .logs import fields
 
 if TYPE_CHECKING:
@@ -39,6 +41,10 @@ BACKOFF_BASE, BACKOFF_CAP = 0.5, 30.0
 def key_of(hr: Obj) -> str:
     md = hr.get("metadata") or {}
     return f"{md.get('namespace')}/{md.get('name')}"
+
+
+def suspended_by_us(hr: Obj) -> bool:
+    return is_suspended(hr) and owns_suspend(hr)
 
 
 class Expired(Exception):
@@ -88,6 +94,7 @@ class Watcher:
         self.watch_seconds = watch_seconds
         self.synced = threading.Event()
         self._fenced: set[str] = set()
+        self._owned: set[str] = set()  # suspended, spec.suspend owned by flux-plunger
         self._lock = threading.Lock()
         self.resource_version = ""
 
@@ -95,16 +102,27 @@ class Watcher:
         with self._lock:
             return len(self._fenced)
 
+    def held_keys(self) -> set[str]:
+        """The keys last seen fenced or suspended by us (``drain.ours``): where the drain
+        starts.  Meaningful once ``synced`` is set."""
+        with self._lock:
+            return self._fenced | self._owned
+
     # -- one object ----------------------------------------------------------------
 
     def _seen(self, hr: Obj, deleted: bool = False) -> None:
         key = key_of(hr)
         fenced = not deleted and is_fenced(hr)
+        owned = not deleted and suspended_by_us(hr)
         with self._lock:
             if fenced:
                 self._fenced.add(key)
             else:
                 self._fenced.discard(key)
+            if owned:
+                self._owned.add(key)
+            else:
+                self._owned.discard(key)
         if not deleted and plan.predicate(hr):
             self.queue.add(key)
 
@@ -113,6 +131,7 @@ class Watcher:
     def relist(self, reason: str) -> str:
         """A fresh LIST, page by page; enqueue what the predicate selects.  Returns its rv."""
         fenced: set[str] = set()
+        owned: set[str] = set()
         rv, count, queued = "", 0, 0
         for items, page_rv in self.kube.iter_hr_pages(
             self.namespace, self.selector, self.page_size
@@ -122,12 +141,14 @@ class Watcher:
                 count += 1
                 if is_fenced(hr):
                     fenced.add(key_of(hr))
+                if suspended_by_us(hr):
+                    owned.add(key_of(hr))
                 if plan.predicate(hr):
                     queued += 1
                     self.queue.add(key_of(hr))
             del items
         with self._lock:
-            self._fenced = fenced
+            self._fenced, self._owned = fenced, owned
         if self.metrics is not None:
             self.metrics.relisted(reason)
         log.info(

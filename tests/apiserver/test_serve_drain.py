@@ -79,12 +79,18 @@ def test_drain_on_sigterm(cluster, kube, ns, serve):  # noqa: F811
     deleting = cluster.get(ns, "deleting")
     assert _fences(deleting) == 1 and deleting["metadata"].get("deletionTimestamp")
     assert C.HELM_CONTROLLER_FINALIZER in deleting["metadata"]["finalizers"]
-    # several more drain passes (each one LIST) with no answer from helm-controller: still held
+    # several more drain passes with no answer from helm-controller: still held.  Each pass
+    # reads "deleting" and "never" afresh (two results "waiting"); none LISTs — the drain
+    # started from the keys the watch knew, and the confirming LIST waits until they are done
+    def waiting() -> float:
+        return s.metric("flux_plunger_reconciles_total", result="waiting") or 0
     lists = s.metric("flux_plunger_api_requests_total", verb="LIST") or 0
-    eventually(lambda: (s.metric("flux_plunger_api_requests_total", verb="LIST") or 0)
-               >= lists + 3, 10, "three more drain passes")
+    seen = waiting()
+    eventually(lambda: waiting() >= seen + 6, 10, "three more drain passes")
     deleting = cluster.get(ns, "deleting")
     assert deleting is not None and _fences(deleting) == 1
+    assert (s.metric("flux_plunger_api_requests_total", verb="LIST") or 0) == lists
+    assert s.logged("drain: releasing .*source=watch")
 
     # helm-controller answers: it uninstalls (the release is no longer suspended), records
     # observedGeneration and drops its finalizer; only then does the fence go

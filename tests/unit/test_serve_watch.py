@@ -16,7 +16,7 @@ from kubectl_flux_plunger.serve.metrics import Metrics
 from kubectl_flux_plunger.serve.queue import WorkQueue
 from kubectl_flux_plunger.serve.watch import BACKOFF_BASE, Watcher
 
-from .builders import hr, ready_condition, stuck_condition
+from .builders import OURS, hr, ready_condition, stuck_condition
 
 pytestmark = pytest.mark.unit
 
@@ -203,6 +203,27 @@ def test_deleted_and_unfenced_releases_leave_the_fenced_count():
     w, _, _, queue = run([pages], [stream])
     assert w.fences_held() == 1                                    # d only
     assert queued(queue) == ["apps/b", "apps/c", "apps/d"]
+
+
+def test_the_keys_the_drain_starts_from_are_the_fenced_and_the_suspended_by_us():
+    def suspended(name: str, rv: str, managed: tuple) -> dict:
+        return hr(name, namespace="apps", rv=rv, suspend=True, managed=[managed])
+
+    foreign = ("velero", "Update", True)
+    pages = [([release("a", "5", fenced=True), suspended("b", "6", OURS),
+               suspended("c", "7", foreign), suspended("e", "8", OURS)], "10")]
+    stream = [event("ADDED", suspended("d", "11", OURS)),          # suspended by us: held
+              event("MODIFIED", release("b", "12")),               # resumed: let go
+              event("DELETED", suspended("e", "13", OURS))]        # deleted: gone
+    w, _, _, _ = run([pages], [stream])
+    assert w.held_keys() == {"apps/a", "apps/d"}   # c: another manager's suspension
+    assert w.fences_held() == 1
+
+
+def test_a_relist_replaces_the_held_keys():
+    pages = [([hr("b", namespace="apps", rv="6", suspend=True, managed=[OURS])], "10")]
+    w, _, _, _ = run([pages, [([], "20")]], [[expired_event()]])
+    assert w.held_keys() == set()
 
 
 def test_a_deleted_release_is_not_enqueued():
