@@ -1,11 +1,12 @@
-"""The import layering contract (cli → verbs/serve → executor → core → kube) holds."""
+"""The import layering contract (cli → verbs/serve → executor → core → kube) holds, and what
+a fresh interpreter imports (processes: import-linter, ``python -c``; the cli tier)."""
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.cli
 ROOT = Path(__file__).resolve().parents[2]
 
 
