@@ -38,7 +38,7 @@ CORE_FLOOR=100
 # the CLI on the lowest click pyproject.toml allows (the venv has the newest pip resolves)
 click_lowest=$(sed -n 's/^ *"click>=\([0-9.]*\),.*/\1/p' pyproject.toml)
 PYTHONPATH=".venv/click-$click_lowest" .venv/bin/python -m pytest -q -p no:cacheprovider \
-  tests/unit/test_cli.py tests/unit/test_cover_cli.py tests/cli
+  tests/unit/test_cli.py tests/unit/test_cover_cli.py tests/cli/test_completion.py
 
 PY=.venv/bin/python
 no_tests() {
