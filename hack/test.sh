@@ -20,13 +20,12 @@ if [ "${KIND_ENGINE:-}" = start ]; then
 fi
 # --- end kind tier --------------------------------------------------------------------------
 
-# Coverage floors (percent, branch coverage).  The whole package with every tier: 88.9 %
-# measured by .ci/run in a fresh clone on 2026-12-01 with all four tiers (91.7 % had been
-# measured earlier that day on a smaller tree, before remote storage, backups and the
-# release-fence retry fixes landed with their own partly subprocess-only paths).  The floor sits
-# a little below the measured figure; the aim is 90 %.  Raise it as coverage rises; never lower
-# it to get a change in.
-TOTAL_FLOOR=88
+# Coverage floors (percent, branch coverage).  The whole package with every tier: 94.4 %
+# measured by .ci/run in a fresh clone on 2026-12-01 with all five tiers (89.4 % earlier that
+# day, before the unit tests of kube, backup, the verbs' edges and the in-process CLI).  The
+# floor sits a little below the measured figure (the aim was 90 %).  Raise it as coverage
+# rises; never lower it to get a change in.
+TOTAL_FLOOR=93
 # The pure core, by the unit tier alone: every line and branch.
 CORE="kubectl_flux_plunger/plan.py,kubectl_flux_plunger/ownership.py,kubectl_flux_plunger/storage.py,kubectl_flux_plunger/detect.py,kubectl_flux_plunger/writes.py"
 CORE_FLOOR=100
