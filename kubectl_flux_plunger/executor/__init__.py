@@ -16,6 +16,7 @@ pushing its stale view through.  One job per module:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from ..kube import Kube, KubeError
 from ..objects import Obj
 from ..remote import Remotes
 from .dryrun import DryRun
-from .handshake import SETTLE_BOUND, InitialStateUnknown, ReleaseWatch
+from .handshake import InitialStateUnknown, ReleaseWatch
 from .outcome import (
     CLEANUP_RESULTS,
     MAX_PASSES,
@@ -57,8 +58,8 @@ __all__ = [
 
 
 # How long the watch-list read waits for the release's current state before it reads it
-# with a GET instead (the state arrives at once; only a missing release waits for the
-# end-of-initial-events bookmark, which the apiserver sends within about a second).
+# with a GET instead (the state, or for a missing release the end-of-initial-events
+# bookmark, arrives within milliseconds: bench/read_bench.py).
 FIRST_WAIT = 5.0
 # Watch-lists that gave no state in a row before this process reads with GETs only.
 WATCH_LIST_MISSES = 3
@@ -87,30 +88,31 @@ class Executor(DryRun):
     ) -> Outcome:
         """One pass over one release: fresh read, decide (SPEC §6), act — only on the rows
         in ``only_rows`` when given (otherwise: unchanged, nothing written)."""
-        if only_rows is not None:
-            hr = self.kube.get_hr(namespace, name)
-            if hr is not None:
+        hr, watch = self.read_watched(namespace, name, only_rows)
+        try:
+            if only_rows is not None and hr is not None:
                 d = plan.decide(hr, self.clock())
                 if d.row not in only_rows:
                     return Outcome(namespace, name, Result.UNCHANGED, d.reason, row=d.row)
-            return self.apply_decision(namespace, name, hr)
-        hr, watch = self.read_watched(namespace, name)
-        try:
             return self.apply_decision(namespace, name, hr, watch)
         finally:
             if watch is not None:
                 watch.close()
 
-    def read_watched(self, namespace: str, name: str) -> tuple[Obj | None, ReleaseWatch | None]:
+    def read_watched(
+        self, namespace: str, name: str, only_rows: frozenset[plan.Row] | None = None
+    ) -> tuple[Obj | None, ReleaseWatch | None]:
         """The fresh read that decides, as a watch-list where a recovery may follow: its
         initial event is the read (as fresh as a GET), and the saga goes on on the same
         stream — the acquire on the newest state, the handshake — so the read and the
-        WATCH are one request.  A GET (and no watch) where nothing can be recovered, on a
-        dry run, and where the server has no watch-lists.  The caller closes the watch."""
+        WATCH are one request.  A GET (and no watch) where nothing can be recovered (not
+        allowed, or not among ``only_rows``), on a dry run, and where the server has no
+        watch-lists.  The caller closes the watch."""
         if (
             self.kube.dry_run
             or self.opt.dry_run_client
             or not self.opt.allow_recover
+            or (only_rows is not None and plan.Row.LIVE_STUCK not in only_rows)
             or not self.kube.watch_list
         ):
             return self.kube.get_hr(namespace, name), None
@@ -140,10 +142,6 @@ class Executor(DryRun):
     def _no_watch_lists(self, why: str) -> None:
         self.kube.watch_list = False
         log.info("the server does not serve watch-lists (%s): reading with GET", why)
-
-    def watch_timeout(self) -> float:
-        """How long a release's watch may stay open: the acquire, the handshake, margin."""
-        return self.opt.handshake_timeout + SETTLE_BOUND + 5
 
     def apply_decision(
         self,
@@ -202,7 +200,7 @@ class Executor(DryRun):
         self,
         hr: Obj,
         *,
-        only_rows: frozenset[str] | None = None,
+        only_rows: frozenset[plan.Row] | None = None,
         fresh: bool = False,
         watch: ReleaseWatch | None = None,
     ) -> Outcome:
@@ -215,19 +213,18 @@ class Executor(DryRun):
         read just made (used as is: the named read is the fresh read).  ``only_rows``
         limits which rows may act (``resume-owned``).  ``watch``: the watch-list ``hr`` was
         read from (:meth:`read_watched`); the first pass goes on on it; closed here."""
-        held = [watch] if watch is not None else []
-        try:
-            return self._settle(hr, only_rows, fresh, held)
-        finally:
-            for w in held:
-                w.close()
+        with contextlib.ExitStack() as opened:
+            if watch is not None:
+                opened.callback(watch.close)
+            return self._settle(hr, only_rows, fresh, watch, opened)
 
     def _settle(
         self,
         hr: Obj,
-        only_rows: frozenset[str] | None,
+        only_rows: frozenset[plan.Row] | None,
         fresh: bool,
-        held: list[ReleaseWatch],
+        watch: ReleaseWatch | None,
+        opened: contextlib.ExitStack,
     ) -> Outcome:
         md = hr["metadata"]
         ns, name = md["namespace"], md["name"]
@@ -252,15 +249,13 @@ class Executor(DryRun):
                 if prev is None and not fresh:
                     # the LIST only chose candidates: every decision that acts is re-made
                     # on a fresh read (the listed copy may be minutes old by now)
-                    if only_rows is not None:
-                        current, fresh = self.kube.get_hr(ns, name), True
-                        continue  # its row must still be one of only_rows
-                    current, watch = self.read_watched(ns, name)
+                    current, watch = self.read_watched(ns, name, only_rows)
                     fresh = True
-                    held.extend([watch] if watch is not None else [])
-                out = self.apply_decision(
-                    ns, name, current, held[0] if held and prev is None else None
-                )
+                    if watch is not None:
+                        opened.callback(watch.close)
+                    if only_rows is not None:
+                        continue  # its row must still be one of only_rows
+                out = self.apply_decision(ns, name, current, watch if prev is None else None)
                 if prev is not None:
                     if out.result == Result.UNCHANGED:
                         return prev  # the clean-up was all there was to do

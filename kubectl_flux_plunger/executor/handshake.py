@@ -170,26 +170,28 @@ class ReleaseWatch:
             self.latest = obj if md.get("uid") == self.uid else None
         return True
 
+    def _pull(self, timeout: float) -> Obj | None:
+        """The next event, waiting up to ``timeout`` seconds; None when the stream ended
+        or nothing came."""
+        if self.ended:
+            return None
+        try:
+            return self._q.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return None
+
     def _next_event(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for one event of any kind; True when one came."""
-        if self.ended:
-            return False
-        try:
-            ev = self._q.get(timeout=max(0.0, timeout))
-        except queue.Empty:
-            return False
-        self._take(ev)
-        return True
+        ev = self._pull(timeout)
+        if ev is not None:
+            self._take(ev)
+        return ev is not None
 
     def next(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for one change of the release (bookmarks are
         skipped); True when one came."""
         deadline = time.monotonic() + timeout
-        while not self.ended:
-            try:
-                ev = self._q.get(timeout=max(0.0, deadline - time.monotonic()))
-            except queue.Empty:
-                return False
+        while (ev := self._pull(deadline - time.monotonic())) is not None:
             if self._take(ev):
                 return not self.ended
         return False
@@ -227,6 +229,10 @@ class ReleaseWatch:
 
 
 class Handshake(Primitives):
+    def watch_timeout(self) -> float:
+        """How long a release's watch may stay open: the acquire, the handshake, margin."""
+        return self.opt.handshake_timeout + SETTLE_BOUND + 5
+
     def _await_handshake(self, hr: Obj, watch: ReleaseWatch | None = None) -> Obj | None:
         """Wait (bounded) until helm-controller has observed the suspended generation, on
         ``watch`` (opened before the acquire) or by watching this one release from the rv

@@ -18,7 +18,7 @@ from ..backup import BackupError
 from ..kube import KubeError
 from ..objects import Obj
 from ..remote import RemoteError, Unsupported
-from .handshake import SETTLE_BOUND, Handshake, ReleaseWatch
+from .handshake import Handshake, ReleaseWatch
 from .outcome import (
     TERMINATING_DETAIL,
     Ending,
@@ -115,13 +115,11 @@ class Saga(Handshake):
         assert rev is not None and rev.number is not None  # choose_revision's ok contract
         if self.should_stop():
             return report.end(deferred("shutting down; recovery not started"))
-        if self.kube.dry_run:
-            return self._recover_watched(hr, choice, report, None)
-        if watch is not None:
+        if watch is not None or self.kube.dry_run:  # a dry run persists nothing to watch
             return self._recover_watched(hr, choice, report, watch)
         # one WATCH from the deciding read: the acquire goes out on the newest state, a
         # 409 is re-decided on what the stream carries, and the handshake waits on it
-        own = ReleaseWatch(self.kube, hr, self.opt.handshake_timeout + SETTLE_BOUND + 5)
+        own = ReleaseWatch(self.kube, hr, self.watch_timeout())
         try:
             return self._recover_watched(hr, choice, report, own)
         finally:

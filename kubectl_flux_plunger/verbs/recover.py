@@ -24,7 +24,7 @@ RESUME_ROWS = frozenset({Row.LIVE_SUSPENDED_OWNED, Row.TERMINATING_SUSPENDED_OWN
 def _one(
     executor: Executor,
     hr: Obj,
-    only_rows: frozenset[str] | None,
+    only_rows: frozenset[Row] | None,
     fresh: bool = False,
     watch: ReleaseWatch | None = None,
 ) -> Outcome:
@@ -69,7 +69,7 @@ NOT_STARTED = "not started: the run was interrupted"
 
 
 def _interrupted(
-    executor: Executor, hr: dict[str, Any], only_rows: frozenset[str] | None
+    executor: Executor, hr: dict[str, Any], only_rows: frozenset[Row] | None
 ) -> Outcome | None:
     """The outcome of a release never started because the run was interrupted, or None
     when it needs nothing anyway (``_one`` then decides it without a request)."""
@@ -87,7 +87,7 @@ def run(
     releases: list[dict[str, Any]],
     *,
     concurrency: int = DEFAULT_CONCURRENCY,
-    only_rows: frozenset[str] | None = None,
+    only_rows: frozenset[Row] | None = None,
     fresh: bool = False,
     on_start: Callable[[int, dict[str, Any]], None] | None = None,
     on_result: Callable[[int, Outcome], None] | None = None,
