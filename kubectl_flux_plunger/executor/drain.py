@@ -35,7 +35,8 @@ def _ignore(*_: object) -> None:
     return None
 
 
-def _released(out: Outcome) -> bool:
+def released(out: Outcome) -> bool:
+    """The default settled test: the fence is gone (removed, or the release is gone)."""
     return out.result in DONE
 
 
@@ -63,7 +64,7 @@ class Drain:
         on_outcome: Callable[[str, Outcome], None] = _ignore,
         on_error: Callable[[str, KubeError], None] = _ignore,
         on_list_error: Callable[[KubeError], None] = _ignore,
-        settled: Callable[[Outcome], bool] = _released,
+        settled: Callable[[Outcome], bool] = released,
     ) -> DrainReport:
         """``held()`` names the releases (``namespace/name``) still to drain, fresh each
         pass; a pass in which every one came out ``settled`` (default: fence-removed or

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..detect import is_fenced
 from ..executor import Outcome, Result
-from ..executor.drain import DONE, Drain
+from ..executor.drain import DONE, Drain, released
 from ..kube import KubeError
 from ..objects import Obj
 from ..plan import Row
@@ -81,18 +81,18 @@ class KnownFirst:
         self.known, self.confirm = known, confirm
         self.pending: dict[str, None] = {}  # insertion-ordered set
         self.done: set[str] = set()
-        self.listed: int | None = None  # keys the confirming LIST found (None: not made)
+        self.confirmed = False  # the confirming LIST was made, or cut short
         self.unconfirmed = False  # the confirming LIST was cut short
 
     def held(self) -> list[str]:
         for key in sorted(set(self.known()) - self.done - self.pending.keys()):
             self.pending[key] = None
-        if not self.pending and self.listed is None and not self.unconfirmed:
+        if not self.pending and not self.confirmed:
             found = self.confirm()  # a KubeError: the drain retries after a poll
+            self.confirmed = True
             if found is None:
                 self.unconfirmed = True
                 return []
-            self.listed = len(found)
             self.done.difference_update(found)
             self.pending.update(dict.fromkeys(found))
             if found:
@@ -164,32 +164,26 @@ class Drainer:
             "drain: releasing flux-plunger's suspensions and uninstall fences",
             extra=fields(timeout=timeout, source="watch" if known else "list"),
         )
-        drain = Drain(self.executor, poll=self.poll, clock=self.clock, sleep=self.sleep)
-        if known is None:
-            report = drain.run(
-                self._list_all,
-                timeout,
-                still_going=still_leading,
-                on_outcome=self._outcome,
-                on_error=self._error,
-                on_list_error=self._list_error,
-            )
-        else:
+        on_outcome, held = self._outcome, self._list_all
+        if known is not None:
             tracker = known
 
             def on_outcome(key: str, out: Outcome) -> None:
                 tracker.outcome(key, out)
                 self._outcome(key, out)
 
-            report = drain.run(
-                tracker.held,
-                timeout,
-                still_going=still_leading,
-                on_outcome=on_outcome,
-                on_error=self._error,
-                on_list_error=self._list_error,
-                settled=settled,
-            )
+            held = tracker.held
+        report = Drain(self.executor, poll=self.poll, clock=self.clock, sleep=self.sleep).run(
+            held,
+            timeout,
+            still_going=still_leading,
+            on_outcome=on_outcome,
+            on_error=self._error,
+            on_list_error=self._list_error,
+            # from the watch's keys a key is done once nothing of ours is left on it;
+            # listing every pass, once its fence went (the LIST finds the rest again)
+            settled=settled if known is not None else released,
+        )
         if report.stopped or (known is not None and known.unconfirmed and not still_leading()):
             log.error("drain: lost the Lease; leaving the rest to the new leader")
             return report.held
