@@ -90,8 +90,10 @@ class Process:
 
 
 class ControlPlane:
-    def __init__(self, workdir: Path | None = None):
+    def __init__(self, workdir: Path | None = None, *, apiserver_args: tuple[str, ...] = ()):
+        """``apiserver_args``: more kube-apiserver flags (e.g. ``--feature-gates=...``)."""
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="flux-plunger-plane-"))
+        self.extra_apiserver_args = list(apiserver_args)
         self.etcd: Process | None = None
         self.apiserver: Process | None = None
         self.kubeconfig = self.workdir / "admin.kubeconfig"
@@ -165,6 +167,7 @@ class ControlPlane:
             "--event-ttl=1h", "--v=1",
             f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.audit_log}",
             "--audit-log-format=json", "--audit-log-mode=blocking", "--audit-log-maxsize=0",
+            *self.extra_apiserver_args,
         ]
 
     # -- audit log (what a process really sent, counted from outside it) ----------
