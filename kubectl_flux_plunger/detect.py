@@ -159,6 +159,21 @@ def attempted_since_generation(hr: Obj) -> bool:
     return _int_or_none(ready["observedGeneration"]) == current
 
 
+def ready_unknown(hr: Obj) -> bool:
+    """True iff the Ready condition is Unknown: helm-controller is running an action on the
+    release (it marks Ready Unknown/Progressing while it installs or upgrades) and writes
+    Ready True or False when the action ends."""
+    return any(c.get("type") == "Ready" and c.get("status") == "Unknown" for c in _conditions(hr))
+
+
+def recovery_awaits_retry(hr: Obj) -> bool:
+    """True iff a recovery recorded a revision on this release and helm-controller has not
+    attempted the release since: the recovery's relinquish bumped the generation, so
+    helm-controller's next attempt writes ``status.lastAttemptedGeneration``.  Whether a pass
+    would still act needs the storage (``already_processed``); this is the release's half."""
+    return processed_version(hr) is not None and not attempted_since_generation(hr)
+
+
 def already_processed(hr: Obj, revision: int) -> tuple[bool, str]:
     """The staleness guard: should a stuck release whose newest revision is ``revision`` be left?
 

@@ -7,3 +7,22 @@ from typing import Any, TypeAlias
 
 Obj: TypeAlias = dict[str, Any]
 """One object (or any JSON mapping inside one): a HelmRelease, a Secret, a Lease, a patch."""
+
+
+def compare_resource_versions(a: str, b: str) -> int | None:
+    """-1, 0 or 1 as ``a`` is older than, the same as or newer than ``b`` — two
+    resourceVersions of objects of one resource — or None when either is not a positive
+    decimal integer without leading zeros.
+
+    Kubernetes made resourceVersions comparable this way in 1.35 (KEP-5504, with conformance
+    tests; etcd-backed servers always issued them so).  None tells the caller to treat the
+    two as unordered, which every caller here takes as "newer": nothing is skipped."""
+    if not (_well_formed(a) and _well_formed(b)):
+        return None
+    if len(a) != len(b):
+        return -1 if len(a) < len(b) else 1
+    return (a > b) - (a < b)
+
+
+def _well_formed(rv: object) -> bool:
+    return isinstance(rv, str) and rv.isascii() and rv.isdecimal() and rv[0] != "0"

@@ -21,6 +21,8 @@ from .detect import (
     is_suspended,
     is_terminating,
     processed_annotation_present,
+    ready_unknown,
+    recovery_awaits_retry,
     uninstall_reached,
 )
 from .objects import Obj
@@ -248,6 +250,29 @@ def predicate(hr: Obj) -> bool:
         or is_fenced(hr)
         or (suspended and is_terminating(hr))
     )
+
+
+def wanted_on_change(hr: Obj) -> bool:
+    """The filter for one watch event (SPEC §8's predicate, narrowed): ``predicate`` less the
+    stuck states after which helm-controller writes the release again, so that its next
+    write — not this one — is the one worth a pass:
+
+    * Ready is Unknown: helm-controller is running an action; it ends with Ready True (not
+      stuck) or False (stuck, wanted);
+    * a recovery awaits helm-controller's retry (``recovery_awaits_retry``): a pass would
+      find it awaiting; helm-controller's attempt writes lastAttemptedGeneration, and a
+      release still stuck after it is wanted again.  (The one case where storage would
+      still say recover — the revision was recorded but not deleted — is also retried by
+      helm-controller first: the relinquish bumped the generation.)
+
+    A suspended or fenced release is always wanted: a pass may have ours to lift, or an
+    Event to record.  The LIST (at start and every resync) keeps the whole ``predicate``:
+    it is the catch-all should helm-controller never write again (stopped mid-action)."""
+    if not predicate(hr):
+        return False
+    if is_suspended(hr) or is_fenced(hr):
+        return True
+    return not (ready_unknown(hr) or recovery_awaits_retry(hr))
 
 
 class Verdict(str, enum.Enum):

@@ -65,6 +65,32 @@ FIRST_WAIT = 5.0
 WATCH_LIST_MISSES = 3
 
 
+# results after which the release's newest state is one the pass judged through
+_SETTLING = frozenset(
+    {
+        Result.RECOVERED,
+        Result.AWAITING_RETRY,
+        Result.SKIPPED,
+        Result.UNCHANGED,
+        Result.RELINQUISHED,
+        Result.FENCE_REMOVED,
+    }
+)
+
+
+def _settled(newest: Obj | None, ending: Ending) -> str | None:
+    """``Outcome.settled``: the resourceVersion of ``newest`` (the read, or the answer of the
+    pass's last write) when the pass ended on it for good and it wants no further pass.
+    Every change up to it is then one this pass judged — the writes of its own, and those
+    of others its preconditions or its stream saw — so serve skips their watch events."""
+    if newest is None or ending.failed or ending.result not in _SETTLING:
+        return None
+    if plan.wanted_on_change(newest):
+        return None
+    rv = (newest.get("metadata") or {}).get("resourceVersion")
+    return rv if isinstance(rv, str) and rv else None
+
+
 class Executor(DryRun):
     def __init__(
         self,
@@ -175,6 +201,7 @@ class Executor(DryRun):
             requeue_after=d.requeue_after,
             steps=list(report.steps),
             backup=report.backup,
+            settled=None if self.kube.dry_run else _settled(report.wrote or hr, ending),
         )
 
     def _act(self, hr: Obj, d: plan.Decision, watch: ReleaseWatch | None) -> Report:

@@ -66,6 +66,10 @@ class Outcome:
     requeue_after: float | None = None
     steps: list[str] = field(default_factory=list)  # dry-run plan / what was done
     backup: str = ""  # where the deleted Secret was saved (recover --backup-dir, serve)
+    # the resourceVersion of the newest state of the release this pass read or wrote, when
+    # that state wants no further pass (``plan.wanted_on_change``): serve's queue skips the
+    # watch events up to it (changes this pass already judged).  Not part of the output.
+    settled: str | None = None
 
     def as_dict(self) -> Obj:
         out = {
@@ -104,17 +108,23 @@ def deferred(detail: str) -> Ending:
 @dataclass(frozen=True)
 class Report:
     """What a pass has done so far, as its steps return it: how it ended (None while it
-    goes on; unchanged if nothing ends it), the steps done, the revision judged and where
-    the deleted Secret was saved.  Every step returns a new one (``did``, ``end``); the
-    entry (``Executor.apply_decision``) makes the ``Outcome`` of the last."""
+    goes on; unchanged if nothing ends it), the steps done, the revision judged, where
+    the deleted Secret was saved and the release as the last write left it.  Every step
+    returns a new one (``did``, ``end``, ``after``); the entry (``Executor.apply_decision``)
+    makes the ``Outcome`` of the last."""
 
     ending: Ending | None = None
     steps: tuple[str, ...] = ()
     revision: int | None = None
     backup: str = ""
+    wrote: Obj | None = None  # the answer of the pass's last write to the release
 
     def did(self, *steps: str) -> Report:
         return replace(self, steps=self.steps + steps)
+
+    def after(self, written: Obj) -> Report:
+        """The report once ``written`` (a write's answer: the release as it now is) landed."""
+        return replace(self, wrote=written)
 
     def end(self, ending: Ending) -> Report:
         return replace(self, ending=ending)

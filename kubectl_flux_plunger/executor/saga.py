@@ -311,7 +311,7 @@ class Saga(Handshake):
         try:
             lifted = self.relinquish(current) if ownership.owns_suspend(current) else None
             if lifted is not None:
-                return report.did(RELINQUISH.done)
+                return report.did(RELINQUISH.done).after(lifted)
             if self._drop_fence_not_ours(current):
                 return report.did("removed the fence")
             return report
@@ -354,11 +354,13 @@ class Saga(Handshake):
                 ),
                 steps=("removed the fence",) if removed else (),
             )
-        return Report(Ending(Result.RELINQUISHED), steps=("lifted our suspension",))
+        return Report(Ending(Result.RELINQUISHED), steps=("lifted our suspension",), wrote=lifted)
 
     def _remove_fence(self, hr: Obj) -> Report:
         try:
-            removed = self.remove_fence(hr) is not None
+            written = self.remove_fence(hr)
         except KubeError as exc:
             return Report(failed(f"could not remove the fence: {exc}; {fence_hint(hr)}"))
-        return Report(Ending(Result.FENCE_REMOVED if removed else Result.UNCHANGED))
+        if written is None:
+            return Report(Ending(Result.UNCHANGED))
+        return Report(Ending(Result.FENCE_REMOVED), wrote=written)

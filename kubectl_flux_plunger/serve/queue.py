@@ -9,6 +9,14 @@
   ``forget`` resets it after a success.  While a key backs off, plain ``add`` calls (watch
   events, often caused by the failed pass's own writes) wait for the armed retry.
 * ``shutdown`` makes every ``get`` return None at once: no new work is taken.
+* resourceVersion expectations: ``add`` may name the resourceVersion of the change that
+  adds the key, and ``done`` the resourceVersion a pass settled the release at
+  (``Outcome.settled``: the newest state it read or wrote, which wants no further pass).
+  A change no newer than that is one the pass already judged — its own writes, and those of
+  others its preconditions or its stream saw — so it neither queues the key again after the
+  pass nor, arriving late, queues it anew.  ``seen`` reports a change the watch did not
+  want, so the expectation ends once the watch has caught up.  resourceVersions that do not
+  compare (``objects.compare_resource_versions``) are taken as newer: nothing is skipped.
 
 Only keys are held, never objects: decisions re-read the release.
 """
@@ -21,6 +29,8 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+
+from ..objects import compare_resource_versions
 
 
 class Backoff:
@@ -63,27 +73,68 @@ class WorkQueue:
         self._seq = itertools.count()
         self._shutdown = False
         self.adds = 0
+        # expectations (module doc): per key being processed, the newest change that made
+        # it dirty ("" when one came without a resourceVersion) and the newest change seen;
+        # per key a finished pass settled, the resourceVersion it settled at
+        self._dirty_rv: dict[str, str] = {}
+        self._seen_rv: dict[str, str] = {}
+        self._settled: dict[str, str] = {}
+        self.skipped = 0  # changes skipped as already judged (for tests and diagnostics)
 
     # -- adding ------------------------------------------------------------------
 
-    def add(self, key: str) -> None:
+    def add(self, key: str, resource_version: str | None = None) -> None:
         """Queue ``key`` now — unless it is backing off after a failure: then the armed
         retry stands (our own writes during a failed pass re-trigger the watch, and must
-        not turn the backoff into a hot loop)."""
+        not turn the backoff into a hot loop) — or ``resource_version`` (the change that
+        adds it) is no newer than where a pass settled the release."""
         with self._cond:
+            if resource_version is not None and self._judged_locked(key, resource_version):
+                self.skipped += 1
+                return
             if not self._backing_off_locked(key):
-                self._add_locked(key)
+                self._add_locked(key, resource_version or "")
+
+    def seen(self, key: str, resource_version: str) -> None:
+        """A change the watch does not queue (or the release's deletion): it ends an
+        expectation it has caught up with."""
+        if not self._settled and not self._processing:
+            return  # the common case, without the lock (both only matter when non-empty)
+        with self._cond:
+            self._judged_locked(key, resource_version)
+
+    def _judged_locked(self, key: str, rv: str) -> bool:
+        """Is the change at ``rv`` one a pass over ``key`` already judged?  Notes it as seen,
+        and ends the key's expectation once the watch has caught up with it."""
+        if key in self._processing:
+            self._seen_rv[key] = _newest(self._seen_rv.get(key), rv)
+            return False
+        settled = self._settled.get(key)
+        if settled is None:
+            return False
+        order = compare_resource_versions(rv, settled)
+        if order is None or order >= 0:
+            del self._settled[key]  # caught up (or unordered): later changes are new
+        return order is not None and order <= 0
 
     def _backing_off_locked(self, key: str) -> bool:
         return key in self._due and self._backoff.failures(key) > 0
 
-    def _add_locked(self, key: str) -> None:
-        if self._shutdown or key in self._dirty:
+    def _add_locked(self, key: str, rv: str = "") -> None:
+        if self._shutdown:
+            return
+        if key in self._processing:  # queued again by done(), unless the pass judged rv
+            if key in self._dirty:
+                self._dirty_rv[key] = _newest(self._dirty_rv.get(key), rv)
+            else:
+                self._dirty.add(key)
+                self._dirty_rv[key] = rv
+                self.adds += 1
+            return
+        if key in self._dirty:
             return
         self._dirty.add(key)
         self.adds += 1
-        if key in self._processing:
-            return  # queued again by done()
         self._ready.append(key)
         self._cond.notify()
 
@@ -149,9 +200,17 @@ class WorkQueue:
                     waits.append(deadline - now)
                 self._cond.wait(max(0.0, min(waits)) if waits else None)
 
-    def done(self, key: str) -> None:
+    def done(self, key: str, settled: str | None = None) -> None:
+        """The pass over ``key`` ended; ``settled`` is ``Outcome.settled``."""
         with self._cond:
             self._processing.discard(key)
+            dirty_rv = self._dirty_rv.pop(key, "")
+            seen_rv = self._seen_rv.pop(key, "")
+            if settled:
+                if key in self._dirty and _no_newer(dirty_rv, settled):
+                    self._dirty.discard(key)  # every change that dirtied it was judged
+                if not _no_newer(settled, seen_rv):
+                    self._settled[key] = settled  # the watch has not caught up yet
             if key in self._dirty and self._backing_off_locked(key):
                 self._dirty.discard(key)  # the backoff timer re-adds it
             elif key in self._dirty and not self._shutdown:
@@ -188,3 +247,24 @@ class WorkQueue:
         """Queued, being processed, or armed — for tests and diagnostics."""
         with self._cond:
             return key in self._dirty or key in self._processing or key in self._due
+
+
+def _newest(a: str | None, b: str) -> str:
+    """The newer of two resourceVersions (``a`` None: there is only ``b``); "" (unknown) when
+    either is unknown or they do not compare — unknown counts as newer than anything."""
+    if a is None:
+        return b
+    if not a or not b:
+        return ""
+    order = compare_resource_versions(a, b)
+    if order is None:
+        return ""
+    return a if order >= 0 else b
+
+
+def _no_newer(rv: str, than: str) -> bool:
+    """Is ``rv`` known, and no newer than ``than``?"""
+    if not rv or not than:
+        return False
+    order = compare_resource_versions(rv, than)
+    return order is not None and order <= 0

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from types import FrameType
 
 from .. import constants as C
+from .. import plan
 from ..backup import Backup
 from ..events import Recorder
 from ..executor import Executor, Options, Result
@@ -43,6 +44,9 @@ log = logging.getLogger("kubectl_flux_plunger.serve")
 DEFAULT_REQUEST_TIMEOUT = 30.0
 # outcomes logged at DEBUG: nothing to do, or the release is gone
 _QUIET = (Result.UNCHANGED, Result.GONE)
+# after lifting what an interrupted run left on a live release, decide again at once (as
+# ``Executor.settle`` does for the one-shot verbs): the release may still be stuck
+_REDECIDE = frozenset({plan.Row.LIVE_SUSPENDED_OWNED, plan.Row.LIVE_FENCED})
 
 
 @dataclass
@@ -170,15 +174,17 @@ class Controller:
             key = self.queue.get()
             if key is None:
                 return
+            settled = None
             try:
-                self._process(key)
+                settled = self._process(key)
             finally:
-                self.queue.done(key)
+                self.queue.done(key, settled)
 
-    def _process(self, key: str) -> None:
+    def _process(self, key: str) -> str | None:
+        """One pass over ``key``; returns where it settled the release (``Outcome.settled``)."""
         if not self.leading():
             self.queue.add_after(key, self.cfg.retry_period)
-            return
+            return None
         ns, name = key.split("/", 1)
         started = time.monotonic()
         try:
@@ -192,12 +198,12 @@ class Controller:
                 delay,
                 extra=fields(release=key, status=exc.status),
             )
-            return
+            return None
         except Exception:  # a bug in one pass must not kill the worker (logged)
             self.metrics.error()
             delay = self.queue.add_rate_limited(key)
             log.exception("reconcile crashed; retrying in %.1fs", delay, extra=fields(release=key))
-            return
+            return None
         self.metrics.observe(out)
         level = logging.DEBUG if out.result in _QUIET else logging.INFO
         with self._logged_lock:
@@ -224,14 +230,16 @@ class Controller:
             ),
         )
         if self.stopping.is_set():
-            return
+            return None
         if out.failed or out.result == Result.DEFERRED:
             self.queue.add_rate_limited(key)
-        elif out.requeue_after:
-            self.queue.forget(key)
+            return None
+        self.queue.forget(key)
+        if out.requeue_after:
             self.queue.add_after(key, out.requeue_after)
-        else:
-            self.queue.forget(key)
+        elif out.result in (Result.RELINQUISHED, Result.FENCE_REMOVED) and out.row in _REDECIDE:
+            self.queue.add(key)
+        return out.settled
 
     # -- lifecycle ---------------------------------------------------------------
 

@@ -1,4 +1,7 @@
-"""List + watch HelmReleases and enqueue the keys the predicate selects (SPEC §8).
+"""List + watch HelmReleases and enqueue the keys the predicate selects (SPEC §8): every
+listed release ``plan.predicate`` selects, and every watch event ``plan.wanted_on_change``
+selects (the predicate less helm-controller's writes that another of its writes follows),
+each with its resourceVersion, so the queue skips changes a pass already judged.
 
 No object cache: a LIST is consumed page by page and only keys are kept (the queue's, the
 set of fenced keys behind the ``fences_held`` gauge, and the set of keys suspended with a
@@ -68,9 +71,11 @@ class Source(Protocol):
 
 
 class Keys(Protocol):
-    """Where selected keys go (``queue.WorkQueue``)."""
+    """Where selected keys go (``queue.WorkQueue``), with the resourceVersion of the change."""
 
-    def add(self, key: str) -> None: ...
+    def add(self, key: str, resource_version: str | None = None) -> None: ...
+
+    def seen(self, key: str, resource_version: str) -> None: ...
 
 
 class Watcher:
@@ -111,6 +116,9 @@ class Watcher:
     # -- one object ----------------------------------------------------------------
 
     def _seen(self, hr: Obj, deleted: bool = False) -> None:
+        """One watch event: track the key's fence and suspension, and queue it when the
+        change is worth a pass (``plan.wanted_on_change``: helm-controller's writes in the
+        middle of an action, or before its retry after a recovery, are not)."""
         key = key_of(hr)
         fenced = not deleted and is_fenced(hr)
         owned = not deleted and suspended_by_us(hr)
@@ -123,8 +131,11 @@ class Watcher:
                 self._owned.add(key)
             else:
                 self._owned.discard(key)
-        if not deleted and plan.predicate(hr):
-            self.queue.add(key)
+        rv = (hr.get("metadata") or {}).get("resourceVersion") or ""
+        if not deleted and plan.wanted_on_change(hr):
+            self.queue.add(key, rv or None)
+        elif rv:
+            self.queue.seen(key, rv)
 
     # -- list ----------------------------------------------------------------------
 
@@ -143,9 +154,12 @@ class Watcher:
                     fenced.add(key_of(hr))
                 if suspended_by_us(hr):
                     owned.add(key_of(hr))
-                if plan.predicate(hr):
+                changed = (hr.get("metadata") or {}).get("resourceVersion") or ""
+                if plan.predicate(hr):  # the whole predicate: the LIST is the catch-all
                     queued += 1
-                    self.queue.add(key_of(hr))
+                    self.queue.add(key_of(hr), changed or None)
+                elif changed:
+                    self.queue.seen(key_of(hr), changed)
             del items
         with self._lock:
             self._fenced, self._owned = fenced, owned

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from kubectl_flux_plunger import constants as C
 from testplane.cluster import eventually
-from testplane.helmctl import ready
+from testplane.helmctl import break_release, is_ready, ready, request_reconcile
 
 from tests.apiserver.conftest import hold
+from tests.apiserver.test_request_count import SEVEN, CountedServe, _about
 from tests.apiserver.test_serve_support import FAST, serve  # noqa: F401 - fixture
 
 from .conftest import wait_ready
@@ -48,3 +49,31 @@ def test_serve_carries_a_delete_of_a_held_release_through_the_uninstall(
     eventually(lambda: cluster.get(ns, "demo") is None, 60, "the release to go")
     assert configmap(cluster, ns, "demo-cm") is None
     assert cluster.secret_names(ns, "demo") == []
+
+
+def test_serve_recovers_in_seven_requests_with_the_real_helm_controller(
+        installed, cluster, ns, plane, tmp_path):
+    """Issue 13 item 1, end to end: a real ``serve`` (its own ServiceAccount on the shipped
+    roles, leading) and the real helm-controller.  The release breaks, helm-controller
+    reports it stuck, serve recovers it and helm-controller installs it again.  Every
+    request serve sent about the release, from the audit log: the recovery pass's 7 and
+    nothing more — not the passes the watch events of its own writes, of helm-controller's
+    handshake, or of helm-controller's retry (Ready Unknown, then True) used to start.  A
+    status write of helm-controller's landing between the read and the acquire would cost
+    one 409'd APPLY, re-decided on the stream; it is the only extra allowed, and counted."""
+    installed()
+    counted = CountedServe(plane, cluster, ns, tmp_path)
+    counted.mark()
+    break_release(cluster.kube, ns, "demo")
+    request_reconcile(cluster.kube, ns, "demo")
+
+    def back() -> bool:
+        hr = cluster.get(ns, "demo")
+        return (is_ready(hr) and hr["status"].get("observedGeneration")
+                == hr["metadata"]["generation"]
+                and (hr["metadata"].get("annotations") or {}).get(C.PROCESSED_ANNOTATION) == "1")
+
+    accepted = counted.about("demo", back, conflicts=False)
+    assert accepted == SEVEN, accepted
+    everything = _about(plane.audit_events(since=counted.since, user=counted.user), "demo")
+    assert len(everything) - len(accepted) <= 1, everything

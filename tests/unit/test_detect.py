@@ -23,6 +23,8 @@ from kubectl_flux_plunger.detect import (
     observed_lags,
     processed_annotation_present,
     processed_version,
+    ready_unknown,
+    recovery_awaits_retry,
     uninstall_reached,
 )
 
@@ -259,3 +261,26 @@ def test_has_remote_kubeconfig() -> None:
     remote = hr(spec_extra={"kubeConfig": {"secretRef": {"name": "remote"}}})
     assert has_remote_kubeconfig(remote) is True
     assert has_remote_kubeconfig(hr()) is False
+
+
+def test_ready_unknown_is_helm_controller_mid_action() -> None:
+    unknown = {"type": "Ready", "status": "Unknown", "reason": "Progressing"}
+    assert ready_unknown(hr(conditions=[unknown]))
+    assert not ready_unknown(hr(conditions=[stuck_condition()]))
+    assert not ready_unknown(hr(conditions=[dict(unknown, type="Reconciling")]))
+    assert not ready_unknown(hr())
+
+
+@pytest.mark.parametrize(
+    ("annotations", "last_attempted", "awaits"),
+    [
+        ({constants.PROCESSED_ANNOTATION: "2"}, 2, True),    # generation 3 not attempted yet
+        ({constants.PROCESSED_ANNOTATION: "2"}, 3, False),   # attempted since
+        ({constants.PROCESSED_ANNOTATION: "two"}, 2, False),  # no revision recorded
+        ({}, 2, False),                                      # never recovered
+    ],
+)
+def test_recovery_awaits_retry(annotations: dict, last_attempted: int, awaits: bool) -> None:
+    release = hr(conditions=[stuck_condition()], annotations=annotations, generation=3,
+                 last_attempted_generation=last_attempted)
+    assert recovery_awaits_retry(release) is awaits

@@ -245,3 +245,42 @@ def test_event_messages_are_static_and_typed() -> None:
 )
 def test_predicate(release: dict, expected: bool) -> None:
     assert predicate(release) is expected
+
+
+MID_ACTION = [{"type": "Ready", "status": "Unknown", "reason": "Progressing",
+               "message": "Running 'upgrade' action with timeout of 5m0s"},
+              dict(stuck_condition(), type="Released")]
+
+
+@pytest.mark.parametrize(
+    ("release", "expected"),
+    [
+        pytest.param(hr(conditions=STUCK), True, id="stuck"),
+        pytest.param(hr(conditions=[ready_condition()]), False, id="healthy"),
+        # helm-controller mid-action: stuck for status and the LIST, not worth a pass on
+        # the event — the action ends with Ready True or False
+        pytest.param(hr(conditions=MID_ACTION), False, id="ready-unknown"),
+        # recovered, helm-controller has not attempted the new generation yet
+        pytest.param(hr(conditions=STUCK, annotations=PROCESSED, generation=3,
+                        last_attempted_generation=2), False, id="awaiting-retry"),
+        # ... and once it has, still stuck: a second recovery may be due
+        pytest.param(hr(conditions=[stuck_condition(observed_generation=3)],
+                        annotations=PROCESSED, generation=3, last_attempted_generation=3),
+                     True, id="stuck-again-after-retry"),
+        # ours to lift, fences to drop, Events to record: always wanted
+        pytest.param(hr(suspend=True, managed=[OURS], conditions=STUCK, annotations=PROCESSED,
+                        generation=3, last_attempted_generation=2), True,
+                     id="suspended-owned-awaiting"),
+        pytest.param(hr(finalizers=[FENCE], conditions=MID_ACTION), True, id="fenced-mid-action"),
+        pytest.param(hr(suspend=True, managed=[FOREIGN], conditions=MID_ACTION), True,
+                     id="foreign-suspension-mid-action"),
+        pytest.param(hr(suspend=True, managed=[FOREIGN]), False, id="foreign-suspension-live"),
+        pytest.param(hr(suspend=True, managed=[FOREIGN], conditions=STUCK), True,
+                     id="foreign-suspension-stuck"),
+    ],
+)
+def test_a_watch_event_is_wanted_when_no_later_write_of_helm_controllers_follows(
+        release: dict, expected: bool) -> None:
+    assert plan.wanted_on_change(release) is expected
+    if expected:
+        assert predicate(release)   # a narrowing of the predicate, never a widening

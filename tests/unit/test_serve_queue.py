@@ -312,3 +312,87 @@ def test_events_during_a_backoff_wait_for_the_armed_retry():
     q.done("ns/a")
     q.add("ns/a")                       # after a success, events queue at once again
     assert q.get(timeout=0) == "ns/a"
+
+
+# -- resourceVersion expectations -----------------------------------------------------------
+
+def test_changes_during_a_pass_that_it_settled_past_do_not_queue_the_key_again(q):
+    q.add("ns/a", "100")
+    assert q.get(timeout=0) == "ns/a"
+    q.add("ns/a", "101")                  # the pass's own acquire, helm-controller's handshake
+    q.add("ns/a", "103")
+    q.done("ns/a", settled="104")         # its relinquish answered at 104: all judged
+    assert q.get(timeout=0) is None
+    assert not q.contains("ns/a")
+
+
+@pytest.mark.parametrize("rv", ["105", None, "not-a-number"])
+def test_a_change_during_a_pass_newer_than_it_settled_at_or_unordered_queues_it_again(q, rv):
+    q.add("ns/a", "100")
+    assert q.get(timeout=0) == "ns/a"
+    q.add("ns/a", "101")
+    q.add("ns/a", rv)                     # newer than 104, or not comparable: not judged
+    q.done("ns/a", settled="104")
+    assert q.get(timeout=0) == "ns/a"
+
+
+def test_a_pass_that_settled_nothing_is_followed_by_the_changes_it_saw(q):
+    q.add("ns/a", "100")
+    assert q.get(timeout=0) == "ns/a"
+    q.add("ns/a", "101")
+    q.done("ns/a", settled=None)          # failed, deferred, or wants another pass
+    assert q.get(timeout=0) == "ns/a"
+
+
+def test_a_late_change_the_pass_already_judged_is_skipped_until_the_watch_catches_up(q):
+    q.add("ns/a", "100")
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a", settled="104")
+    q.add("ns/a", "101")                  # delivered after the pass ended, but older
+    q.add("ns/a", "104")                  # the pass's own last write: caught up
+    assert q.get(timeout=0) is None and q.skipped == 2
+    q.add("ns/a", "103")                  # (out of order: after catching up nothing is skipped)
+    assert q.get(timeout=0) == "ns/a"
+
+
+def test_a_newer_change_after_the_pass_queues_the_key_and_ends_the_expectation(q):
+    q.add("ns/a", "100")
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a", settled="104")
+    q.add("ns/a", "107")
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a")
+    q.add("ns/a", "102")
+    assert q.get(timeout=0) == "ns/a"     # the expectation ended with 107
+
+
+def test_a_change_the_watch_did_not_want_ends_the_expectation_too(q):
+    q.add("ns/a", "100")
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a", settled="104")
+    q.seen("ns/a", "105")                 # e.g. helm-controller's Ready=True
+    q.add("ns/a", "103")
+    assert q.get(timeout=0) == "ns/a" and q.skipped == 0
+
+
+def test_no_expectation_is_kept_when_the_watch_caught_up_during_the_pass(q):
+    q.add("ns/a", "100")
+    assert q.get(timeout=0) == "ns/a"
+    q.seen("ns/a", "104")                 # the pass's last write, already delivered
+    q.done("ns/a", settled="104")
+    q.add("ns/a", "102")
+    assert q.get(timeout=0) == "ns/a" and q.skipped == 0
+
+
+def test_keys_without_a_resource_version_and_timers_are_never_skipped(q, clock):
+    q.add("ns/a", "100")
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a", settled="104")
+    q.add("ns/a")                         # an explicit requeue
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a", settled="104")
+    q.add_after("ns/a", 5)
+    clock.advance(5)
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a")
+

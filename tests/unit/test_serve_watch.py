@@ -230,3 +230,69 @@ def test_a_deleted_release_is_not_enqueued():
     w, _, _, queue = run([[([], "10")]], [[event("DELETED", release("a", "11", stuck=True))]])
     assert queued(queue) == []
     assert w.resource_version == "11"
+
+
+def mid_action(name: str, rv: str) -> dict:
+    """Stuck, but helm-controller is running an action on it (Ready Unknown)."""
+    return hr(name, namespace="apps", rv=rv, conditions=[
+        {"type": "Ready", "status": "Unknown", "reason": "Progressing"},
+        dict(stuck_condition(), type="Released")])
+
+
+def awaiting(name: str, rv: str) -> dict:
+    """Recovered; helm-controller has not attempted the new generation yet."""
+    return hr(name, namespace="apps", rv=rv, conditions=[stuck_condition()], generation=3,
+              last_attempted_generation=2, annotations={C.PROCESSED_ANNOTATION: "2"})
+
+
+def test_events_helm_controller_writes_again_after_are_not_queued_but_listed_ones_are():
+    pages = [([mid_action("listed-mid", "5"), awaiting("listed-awaiting", "6")], "10")]
+    stream = [event("MODIFIED", mid_action("mid", "11")),
+              event("MODIFIED", awaiting("awaiting", "12")),
+              event("MODIFIED", release("stuck", "13", stuck=True))]
+    _, _, _, queue = run([pages], [stream])
+    # the LIST is the catch-all (helm-controller may never write again); an event of
+    # a write after which helm-controller writes again is not worth a pass
+    assert queued(queue) == ["apps/listed-mid", "apps/listed-awaiting", "apps/stuck"]
+
+
+class Recording(WorkQueue):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple] = []
+
+    def add(self, key, resource_version=None):
+        self.calls.append(("add", key, resource_version))
+        super().add(key, resource_version)
+
+    def seen(self, key, resource_version):
+        self.calls.append(("seen", key, resource_version))
+        super().seen(key, resource_version)
+
+
+def test_every_change_reaches_the_queue_with_its_resource_version():
+    pages = [([release("a", "5", stuck=True), release("b", "6")], "10")]
+    stream = [event("MODIFIED", release("a", "11", stuck=True)),
+              event("MODIFIED", awaiting("a", "12")),
+              event("DELETED", release("a", "13", stuck=True)),
+              bookmark("15")]
+    stop = Stop()
+    queue = Recording()
+    Watcher(Script(stop, [pages], [stream]), queue, namespace=None, selector=None,
+            resync_period=3600).run(stop)  # type: ignore[arg-type]
+    assert queue.calls == [("add", "apps/a", "5"), ("seen", "apps/b", "6"),
+                           ("add", "apps/a", "11"), ("seen", "apps/a", "12"),
+                           ("seen", "apps/a", "13")]
+
+
+def test_a_change_a_finished_pass_already_judged_is_not_queued_again():
+    queue = WorkQueue()
+    queue.add("apps/a", "5")
+    assert queue.get(timeout=0) == "apps/a"
+    queue.done("apps/a", settled="12")       # the pass's last write answered at 12
+    stop = Stop()
+    stream = [event("MODIFIED", hr("a", namespace="apps", rv="11", suspend=True,
+                                   managed=[OURS], conditions=[stuck_condition()]))]
+    Watcher(Script(stop, [[([], "10")]], [stream]), queue, namespace=None, selector=None,
+            resync_period=3600).run(stop)  # type: ignore[arg-type]
+    assert queued(queue) == [] and queue.skipped == 1
