@@ -1,10 +1,11 @@
 """Benchmark: the acquire against the REAL helm-controller — how often its first apply
-answers 409, and how many requests one ``recover -n NS NAME`` sends end to end.
+answers 409, and how many requests one ``recover -n NS NAME`` (or, with ``--serve``, a
+running ``serve`` process) sends end to end.
 
 Everything is counted from the apiserver's audit log (requests whose user agent is
 ``kubectl-flux-plunger``), not from the client's own counters.
 
-    .venv/bin/python bench/acquire_bench.py [--recoveries 10] [--idle 0]
+    .venv/bin/python bench/acquire_bench.py [--recoveries 10] [--idle 0] [--serve]
 
 Each round: helm-controller installs a release, its newest revision is broken to
 ``uninstalling`` (an interrupted ``helm uninstall``), a reconcile is requested and the bench
@@ -13,7 +14,12 @@ seconds and runs the real CLI.  helm-controller runs with the e2e tier's flags
 (``--max-retry-delay=3s``: it retries the stuck release every few seconds, so its status
 writes race our acquire as in a busy cluster).  Prints per-round lines and the totals.
 Run it against another tree with ``--tree PATH`` (e.g. a checkout of an older commit) to
-compare before/after in one run.  This is a benchmark: it asserts nothing.
+compare before/after in one run.  With ``--serve`` one ``serve`` process (all namespaces, no
+leader election) runs throughout; each round breaks a healthy release, serve recovers it on
+its own, and the bench waits until helm-controller has installed it again and serve has sent
+nothing about it for 2 s, then counts every request serve sent about the release (the
+release by name, its storage Secrets and Events in its namespace).  This is a benchmark: it
+asserts nothing.
 """
 from __future__ import annotations
 
@@ -91,6 +97,78 @@ def recover_in_process(plane: ControlPlane, ns: str) -> tuple[int, str]:
     return (0 if out.result == "recovered" else 1), f"{out.result}: {out.detail}"
 
 
+class ServeRun:
+    """``serve`` from ``tree`` as a process for the whole bench (its log in ``work``)."""
+
+    def __init__(self, plane: ControlPlane, tree: Path, work: Path):
+        from testplane.plane import free_port
+
+        env = dict(os.environ, PYTHONPATH=str(tree))
+        env.pop("KUBECONFIG", None)
+        self.log = work / "serve.log"
+        self.probe = free_port()
+        with open(self.log, "wb") as fh:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "kubectl_flux_plunger", "serve", "--kubeconfig",
+                 str(plane.kubeconfig), "--no-leader-elect", "--metrics-bind-address=0",
+                 f"--health-probe-bind-address=127.0.0.1:{self.probe}",
+                 "--handshake-timeout=30s"],
+                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                cwd=tree)
+        eventually(self.ready, 60, "serve ready")
+
+    def ready(self) -> bool:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.probe}/readyz", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+def about(events: list[dict], ns: str) -> list[dict]:
+    """The requests about the release ``demo`` in ``ns``, by arrival."""
+    return [e for e in sorted(events, key=lambda e: e["requestReceivedTimestamp"])
+            if (e.get("objectRef") or {}).get("namespace") == ns
+            and ((e.get("objectRef") or {}).get("name") == "demo"
+                 or (e.get("objectRef") or {}).get("resource") in ("secrets", "events"))]
+
+
+def recovered_by_serve(plane: ControlPlane, cluster: Cluster, server: ChartServer,
+                       chart: Path, ns: str) -> tuple[int, str, list[dict]]:
+    """Break a healthy release and let the running serve recover it; returns (0 when it
+    came back Ready, the processed annotation, serve's requests about it)."""
+    from kubectl_flux_plunger import constants as C
+
+    publish_chart(cluster.kube, ns, "demo", chart, server)
+    cluster.apply(helmrelease(ns, "demo", "demo"), manager="kustomize-controller")
+    eventually(lambda: is_ready(cluster.get(ns, "demo")), 120, "installed")
+    mark = plane.audit_mark()
+    break_release(cluster.kube, ns, "demo")
+    request_reconcile(cluster.kube, ns, "demo")
+
+    def back() -> bool:
+        hr = cluster.get(ns, "demo")
+        return bool(is_ready(hr)
+                    and hr["status"].get("observedGeneration") == hr["metadata"]["generation"]
+                    and (hr["metadata"].get("annotations") or {}).get(C.PROCESSED_ANNOTATION))
+    eventually(back, 120, "recovered by serve and installed again")
+    events, stable_since = about(plane.audit_events(since=mark, user_agent=UA), ns), \
+        time.monotonic()
+    while time.monotonic() - stable_since < 2.0:   # quiet: serve sent nothing more for 2 s
+        time.sleep(0.2)
+        again = about(plane.audit_events(since=mark, user_agent=UA), ns)
+        if len(again) != len(events):
+            events, stable_since = again, time.monotonic()
+    annotation = cluster.get(ns, "demo")["metadata"]["annotations"][C.PROCESSED_ANNOTATION]
+    return 0, f"recovered revision {annotation}", events
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--recoveries", type=int, default=10)
@@ -98,6 +176,8 @@ def main() -> int:
                     help="seconds between 'stuck' and running recover")
     ap.add_argument("--in-process", action="store_true",
                     help="run this tree's executor in-process instead of the CLI")
+    ap.add_argument("--serve", action="store_true",
+                    help="count what a running serve process sends per recovery")
     ap.add_argument("--tree", type=Path, default=ROOT,
                     help="source tree whose kubectl_flux_plunger runs (default: this one)")
     args = ap.parse_args()
@@ -110,15 +190,19 @@ def main() -> int:
     cluster = Cluster(kube)
     totals: Counter = Counter()
     first_409 = 0
+    serve = ServeRun(plane, args.tree.resolve(), work) if args.serve else None
     try:
         for i in range(args.recoveries):
             ns = cluster.namespace("acq")
-            stuck_release(cluster, server, chart, ns)
-            time.sleep(args.idle)
-            mark = plane.audit_mark()
-            code, line = (recover_in_process(plane, ns) if args.in_process
-                          else recover(plane, ns, args.tree))
-            events = settled_events(plane, mark)
+            if serve is not None:
+                code, line, events = recovered_by_serve(plane, cluster, server, chart, ns)
+            else:
+                stuck_release(cluster, server, chart, ns)
+                time.sleep(args.idle)
+                mark = plane.audit_mark()
+                code, line = (recover_in_process(plane, ns) if args.in_process
+                              else recover(plane, ns, args.tree))
+                events = settled_events(plane, mark)
             applies = [e for e in events if e["verb"] == "patch"
                        and (e.get("objectRef") or {}).get("resource") == "helmreleases"]
             conflicts = sum((e.get("responseStatus") or {}).get("code") == 409 for e in applies)
@@ -131,6 +215,8 @@ def main() -> int:
             print(f"round {i + 1}: exit {code}, {len(events)} requests, first acquire "
                   f"{'409' if first else 'ok'}, {conflicts} x 409; {line}", flush=True)
     finally:
+        if serve is not None:
+            serve.stop()
         hc.stop()
         server.stop()
         plane.stop()
