@@ -97,40 +97,6 @@ def recover_in_process(plane: ControlPlane, ns: str) -> tuple[int, str]:
     return (0 if out.result == "recovered" else 1), f"{out.result}: {out.detail}"
 
 
-class ServeRun:
-    """``serve`` from ``tree`` as a process for the whole bench (its log in ``work``)."""
-
-    def __init__(self, plane: ControlPlane, tree: Path, work: Path):
-        from testplane.plane import free_port
-
-        env = dict(os.environ, PYTHONPATH=str(tree))
-        env.pop("KUBECONFIG", None)
-        self.log = work / "serve.log"
-        self.probe = free_port()
-        with open(self.log, "wb") as fh:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kubectl_flux_plunger", "serve", "--kubeconfig",
-                 str(plane.kubeconfig), "--no-leader-elect", "--metrics-bind-address=0",
-                 f"--health-probe-bind-address=127.0.0.1:{self.probe}",
-                 "--handshake-timeout=30s"],
-                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                cwd=tree)
-        eventually(self.ready, 60, "serve ready")
-
-    def ready(self) -> bool:
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.probe}/readyz", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
-
-
 def about(events: list[dict], ns: str) -> list[dict]:
     """The requests about the release ``demo`` in ``ns``, by arrival."""
     return [e for e in sorted(events, key=lambda e: e["requestReceivedTimestamp"])
@@ -190,7 +156,13 @@ def main() -> int:
     cluster = Cluster(kube)
     totals: Counter = Counter()
     first_409 = 0
-    serve = ServeRun(plane, args.tree.resolve(), work) if args.serve else None
+    serve = None
+    if args.serve:   # one serve for the whole bench, from --tree
+        from serve_bench import Serve   # bench/ is this script's directory
+
+        serve = Serve(plane, work / "serve.log", "--no-leader-elect",
+                      "--handshake-timeout=30s", tree=args.tree.resolve())
+        eventually(serve.ready, 60, "serve ready")
     try:
         for i in range(args.recoveries):
             ns = cluster.namespace("acq")

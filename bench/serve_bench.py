@@ -44,9 +44,11 @@ def rss_kib(pid: int) -> tuple[int, int]:
 
 
 class Serve:
-    def __init__(self, plane: ControlPlane, log: Path, *args: str):
+    """``serve`` as a process, run from ``tree`` (default: this one)."""
+
+    def __init__(self, plane: ControlPlane, log: Path, *args: str, tree: Path = ROOT):
         self.probe, self.metrics = free_port(), free_port()
-        env = dict(os.environ)
+        env = dict(os.environ, PYTHONPATH=str(tree))
         env.pop("KUBECONFIG", None)
         self.log = log
         with open(log, "wb") as fh:
@@ -56,7 +58,7 @@ class Serve:
                  "--metrics-bind-address", f"127.0.0.1:{self.metrics}",
                  "--health-probe-bind-address", f"127.0.0.1:{self.probe}", *args],
                 stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                cwd=str(ROOT))
+                cwd=str(tree))
 
     def ready(self) -> bool:
         if self.proc.poll() is not None:
