@@ -9,14 +9,16 @@
   ``forget`` resets it after a success.  While a key backs off, plain ``add`` calls (watch
   events, often caused by the failed pass's own writes) wait for the armed retry.
 * ``shutdown`` makes every ``get`` return None at once: no new work is taken.
-* resourceVersion expectations: ``add`` may name the resourceVersion of the change that
-  adds the key, and ``done`` the resourceVersion a pass settled the release at
+* resourceVersion expectations: ``add`` may name the resourceVersion of the watch event
+  that adds the key, and ``done`` the resourceVersion a pass settled the release at
   (``Outcome.settled``: the newest state it read or wrote, which wants no further pass).
   A change no newer than that is one the pass already judged — its own writes, and those of
   others its preconditions or its stream saw — so it neither queues the key again after the
-  pass nor, arriving late, queues it anew.  ``seen`` reports a change the watch did not
-  want, so the expectation ends once the watch has caught up.  resourceVersions that do not
-  compare (``objects.compare_resource_versions``) are taken as newer: nothing is skipped.
+  pass nor, delivered late, queues it anew.  The watcher reports how far its stream has got
+  (``caught_up``): an expectation at or below that can skip nothing more and is dropped, so
+  expectations live only while the watch trails a pass's last write; a relist drops them
+  all.  resourceVersions that do not compare (``objects.compare_resource_versions``) are
+  taken as newer: nothing is skipped.
 
 Only keys are held, never objects: decisions re-read the release.
 """
@@ -74,11 +76,12 @@ class WorkQueue:
         self._shutdown = False
         self.adds = 0
         # expectations (module doc): per key being processed, the newest change that made
-        # it dirty ("" when one came without a resourceVersion) and the newest change seen;
-        # per key a finished pass settled, the resourceVersion it settled at
+        # it dirty ("" when one came without a resourceVersion); per key a finished pass
+        # settled ahead of the watch, the resourceVersion it settled at; how far the
+        # watch's stream has got ("" before it reports)
         self._dirty_rv: dict[str, str] = {}
-        self._seen_rv: dict[str, str] = {}
         self._settled: dict[str, str] = {}
+        self._position = ""
         self.skipped = 0  # changes skipped as already judged (for tests and diagnostics)
 
     # -- adding ------------------------------------------------------------------
@@ -95,20 +98,22 @@ class WorkQueue:
             if not self._backing_off_locked(key):
                 self._add_locked(key, resource_version or "")
 
-    def seen(self, key: str, resource_version: str) -> None:
-        """A change the watch does not queue (or the release's deletion): it ends an
-        expectation it has caught up with."""
-        if not self._settled and not self._processing:
-            return  # the common case, without the lock (both only matter when non-empty)
+    def caught_up(self, resource_version: str, *, relisted: bool = False) -> None:
+        """The watch has delivered every change up to ``resource_version`` (an event's or a
+        bookmark's), or — ``relisted`` — a LIST at it starts a new stream: no expectation
+        at or below it can skip anything more (a relist drops them all)."""
         with self._cond:
-            self._judged_locked(key, resource_version)
+            self._position = resource_version
+            if relisted:
+                self._settled.clear()
+            elif self._settled:
+                for key, settled in list(self._settled.items()):
+                    if _no_newer(settled, resource_version):
+                        del self._settled[key]
 
     def _judged_locked(self, key: str, rv: str) -> bool:
-        """Is the change at ``rv`` one a pass over ``key`` already judged?  Notes it as seen,
-        and ends the key's expectation once the watch has caught up with it."""
-        if key in self._processing:
-            self._seen_rv[key] = _newest(self._seen_rv.get(key), rv)
-            return False
+        """Is the change at ``rv`` one a finished pass over ``key`` already judged?  Ends
+        the key's expectation once the watch has caught up with it."""
         settled = self._settled.get(key)
         if settled is None:
             return False
@@ -205,12 +210,13 @@ class WorkQueue:
         with self._cond:
             self._processing.discard(key)
             dirty_rv = self._dirty_rv.pop(key, "")
-            seen_rv = self._seen_rv.pop(key, "")
             if settled:
                 if key in self._dirty and _no_newer(dirty_rv, settled):
                     self._dirty.discard(key)  # every change that dirtied it was judged
-                if not _no_newer(settled, seen_rv):
-                    self._settled[key] = settled  # the watch has not caught up yet
+                if _no_newer(settled, self._position):
+                    self._settled.pop(key, None)  # the watch is past it: nothing to skip
+                else:
+                    self._settled[key] = settled  # the watch has not delivered it yet
             if key in self._dirty and self._backing_off_locked(key):
                 self._dirty.discard(key)  # the backoff timer re-adds it
             elif key in self._dirty and not self._shutdown:

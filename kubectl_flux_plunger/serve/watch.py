@@ -1,7 +1,7 @@
 """List + watch HelmReleases and enqueue the keys the predicate selects (SPEC §8): every
 listed release ``plan.predicate`` selects, and every watch event ``plan.wanted_on_change``
 selects (the predicate less helm-controller's writes that another of its writes follows),
-each with its resourceVersion, so the queue skips changes a pass already judged.
+the watch's with its resourceVersion, so the queue skips changes a pass already judged.
 
 No object cache: a LIST is consumed page by page and only keys are kept (the queue's, the
 set of fenced keys behind the ``fences_held`` gauge, and the set of keys suspended with a
@@ -75,7 +75,7 @@ class Keys(Protocol):
 
     def add(self, key: str, resource_version: str | None = None) -> None: ...
 
-    def seen(self, key: str, resource_version: str) -> None: ...
+    def caught_up(self, resource_version: str, *, relisted: bool = False) -> None: ...
 
 
 class Watcher:
@@ -131,11 +131,8 @@ class Watcher:
                 self._owned.add(key)
             else:
                 self._owned.discard(key)
-        rv = (hr.get("metadata") or {}).get("resourceVersion") or ""
         if not deleted and plan.wanted_on_change(hr):
-            self.queue.add(key, rv or None)
-        elif rv:
-            self.queue.seen(key, rv)
+            self.queue.add(key, (hr.get("metadata") or {}).get("resourceVersion") or None)
 
     # -- list ----------------------------------------------------------------------
 
@@ -154,15 +151,14 @@ class Watcher:
                     fenced.add(key_of(hr))
                 if suspended_by_us(hr):
                     owned.add(key_of(hr))
-                changed = (hr.get("metadata") or {}).get("resourceVersion") or ""
-                if plan.predicate(hr):  # the whole predicate: the LIST is the catch-all
+                if plan.predicate(hr):  # the catch-all: the whole predicate, unconditionally
                     queued += 1
-                    self.queue.add(key_of(hr), changed or None)
-                elif changed:
-                    self.queue.seen(key_of(hr), changed)
+                    self.queue.add(key_of(hr))
             del items
         with self._lock:
             self._fenced, self._owned = fenced, owned
+        if rv:
+            self.queue.caught_up(rv, relisted=True)
         if self.metrics is not None:
             self.metrics.relisted(reason)
         log.info(
@@ -203,6 +199,8 @@ class Watcher:
             elif kind == "DELETED":
                 self._seen(obj, deleted=True)
             # BOOKMARK: only the resourceVersion moves
+            if new_rv:
+                self.queue.caught_up(new_rv)
         if expired:
             raise Expired(expired)
         return rv

@@ -366,22 +366,42 @@ def test_a_newer_change_after_the_pass_queues_the_key_and_ends_the_expectation(q
     assert q.get(timeout=0) == "ns/a"     # the expectation ended with 107
 
 
-def test_a_change_the_watch_did_not_want_ends_the_expectation_too(q):
+def test_the_watch_catching_up_ends_the_expectation(q):
     q.add("ns/a", "100")
     assert q.get(timeout=0) == "ns/a"
     q.done("ns/a", settled="104")
-    q.seen("ns/a", "105")                 # e.g. helm-controller's Ready=True
+    q.caught_up("105")                    # e.g. helm-controller's Ready=True, not queued
     q.add("ns/a", "103")
     assert q.get(timeout=0) == "ns/a" and q.skipped == 0
 
 
-def test_no_expectation_is_kept_when_the_watch_caught_up_during_the_pass(q):
+def test_no_expectation_is_kept_when_the_watch_is_already_past_the_pass(q):
     q.add("ns/a", "100")
     assert q.get(timeout=0) == "ns/a"
-    q.seen("ns/a", "104")                 # the pass's last write, already delivered
+    q.caught_up("104")                    # the pass's last write, already delivered
     q.done("ns/a", settled="104")
     q.add("ns/a", "102")
     assert q.get(timeout=0) == "ns/a" and q.skipped == 0
+
+
+def test_a_no_write_pass_settled_at_its_read_keeps_no_expectation(q):
+    q.add("ns/a", "100")                  # the event the pass reads is already delivered
+    q.caught_up("100")
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a", settled="100")
+    assert q._settled == {}               # nothing left to skip, nothing kept
+
+
+def test_a_relist_drops_every_expectation(q):
+    for key in ("ns/a", "ns/b"):
+        q.add(key, "100")
+        assert q.get(timeout=0) == key
+        q.done(key, settled="104")
+    q.caught_up("103")                    # still behind both
+    assert set(q._settled) == {"ns/a", "ns/b"}
+    q.caught_up("90", relisted=True)      # a new stream: expectations of the old one go
+    q.add("ns/a", "101")
+    assert q.get(timeout=0) == "ns/a" and q._settled == {}
 
 
 def test_keys_without_a_resource_version_and_timers_are_never_skipped(q, clock):
