@@ -505,9 +505,12 @@ class DeletingHelmController(SimulatedHelmController):
     def step(self):
         if not self.deleted:
             hr = self.cluster.get(self.namespace, "demo")
-            if hr and hr["spec"].get("suspend") and ownership.owns_suspend(hr):
-                self.cluster.delete_hr(self.namespace, "demo")
-                self.deleted = True
+            if not (hr and hr["spec"].get("suspend") and ownership.owns_suspend(hr)):
+                # nothing is acknowledged before the delete: a suspension landing between
+                # this GET and the step's LIST would otherwise be acknowledged undeleted
+                return
+            self.cluster.delete_hr(self.namespace, "demo")
+            self.deleted = True
         super().step()
 
 
