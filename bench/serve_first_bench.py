@@ -139,9 +139,9 @@ class DeleteWatch(threading.Thread):
         base = f"/api/v1/namespaces/{self.ns}/secrets"
         rv = self.kube.request("LIST", "GET", base, query={
             "fieldSelector": f"metadata.name={self.name}"})["metadata"]["resourceVersion"]
-        resp = self.kube.request("WATCH", "GET", base, query={
+        resp = self.kube.open_watch(base, {
             "watch": "true", "fieldSelector": f"metadata.name={self.name}",
-            "resourceVersion": rv, "timeoutSeconds": 600}, stream=True, timeout=630)
+            "resourceVersion": rv, "timeoutSeconds": 600}, timeout=630)
         self.ready.set()
         buf = b""
         try:

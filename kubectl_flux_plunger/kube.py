@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 from urllib.parse import quote, urlencode
 
 from . import constants as C
@@ -542,36 +542,6 @@ class Kube:
             headers[bearer["key"]] = bearer["value"]
         return headers
 
-    @overload
-    def request(
-        self,
-        verb: str,
-        method: str,
-        path: str,
-        *,
-        query: Obj | None = ...,
-        body: Any = ...,
-        content_type: str | None = ...,
-        write: bool = ...,
-        timeout: float | None = ...,
-        stream: Literal[False] = ...,
-    ) -> Obj: ...
-
-    @overload
-    def request(
-        self,
-        verb: str,
-        method: str,
-        path: str,
-        *,
-        query: Obj | None = ...,
-        body: Any = ...,
-        content_type: str | None = ...,
-        write: bool = ...,
-        timeout: float | None = ...,
-        stream: Literal[True],
-    ) -> urllib3.BaseHTTPResponse: ...
-
     def request(
         self,
         verb: str,
@@ -583,19 +553,17 @@ class Kube:
         content_type: str | None = None,
         write: bool = False,
         timeout: float | None = None,
-        stream: bool = False,
-    ) -> Any:
-        """Send one request. Returns the decoded JSON body (or the raw response when
-        ``stream``). Raises :class:`KubeError` (a subclass naming the status) for any
-        non-2xx answer or transport failure.
+    ) -> Obj:
+        """Send one request. Returns the decoded JSON body.  Raises :class:`KubeError` (a
+        subclass naming the status) for any non-2xx answer or transport failure.
 
         Reads (GET, LIST) answered 429 or 5xx are retried a bounded number of times,
-        honouring ``Retry-After``; writes and watches never are (a write's caller
-        re-reads and re-decides)."""
+        honouring ``Retry-After``; writes never are (a write's caller re-reads and
+        re-decides)."""
         attempt = 0
         while True:
             try:
-                return self._send(
+                body_json: Obj = self._send(
                     verb,
                     method,
                     path,
@@ -604,14 +572,34 @@ class Kube:
                     content_type=content_type,
                     write=write,
                     timeout=timeout,
-                    stream=stream,
+                    stream=False,
                 )
+                return body_json
             except (TooManyRequests, ServerError) as exc:
                 if verb not in READ_VERBS or attempt >= READ_RETRIES:
                     raise
                 delay = _retry_after(exc, attempt)
                 attempt += 1
             time.sleep(delay)
+
+    def open_watch(
+        self, path: str, query: Obj, timeout: float | None = None
+    ) -> urllib3.BaseHTTPResponse:
+        """Send one WATCH and return its streaming response once the apiserver answered
+        2xx (a non-2xx answer raises :class:`KubeError`, the connection released).  Never
+        retried: a watcher resumes from its last resourceVersion itself."""
+        resp: urllib3.BaseHTTPResponse = self._send(
+            "WATCH",
+            "GET",
+            path,
+            query=query,
+            body=None,
+            content_type=None,
+            write=False,
+            timeout=timeout,
+            stream=True,
+        )
+        return resp
 
     def _send(
         self,
@@ -742,14 +730,7 @@ class Kube:
         if send_initial_events:
             query["sendInitialEvents"] = "true"
             query["resourceVersionMatch"] = "NotOlderThan"
-        resp = self.request(
-            "WATCH",
-            "GET",
-            hr_path(namespace),
-            query=query,
-            stream=True,
-            timeout=timeout_seconds + 30,
-        )
+        resp = self.open_watch(hr_path(namespace), query, timeout=timeout_seconds + 30)
         if opened is not None:
             opened(resp)
         buf = bytearray()

@@ -293,11 +293,11 @@ def test_a_streamed_request_returns_the_response_or_raises_after_releasing_it(ku
     ok = _Resp(200)
     bad = _Resp(410, b'{"message": "too old resource version"}')
     pool = _with_pool(kube, ok, bad)
-    assert kube.request("WATCH", "GET", "/w", stream=True) is ok
+    assert kube.open_watch("/w", {}) is ok
     assert pool.calls[0][2]["preload_content"] is False
     assert pool.calls[0][2]["timeout"].read_timeout is None     # no timeout: watches may idle
     with pytest.raises(K.Gone) as err:
-        kube.request("WATCH", "GET", "/w", stream=True, timeout=5)
+        kube.open_watch("/w", {}, timeout=5)
     assert bad.released and err.value.gone and str(err.value) == "too old resource version"
     assert pool.calls[1][2]["timeout"].read_timeout == 5
 
@@ -409,7 +409,7 @@ def test_watch_interrupted_by_the_transport_is_unreachable(kube, monkeypatch):
             self.released = True
 
     resp = Broken()
-    monkeypatch.setattr(kube, "request", lambda *a, **k: resp)
+    monkeypatch.setattr(kube, "open_watch", lambda *a, **k: resp)
     opened = []
     events = []
     with pytest.raises(K.Unreachable, match="^watch interrupted: Connection broken"):
@@ -426,7 +426,7 @@ def test_watch_other_errors_propagate_unchanged(kube, monkeypatch):
         def release_conn(self):
             pass
 
-    monkeypatch.setattr(kube, "request", lambda *a, **k: Bad())
+    monkeypatch.setattr(kube, "open_watch", lambda *a, **k: Bad())
     with pytest.raises(json.JSONDecodeError):
         list(kube.watch_hrs(None, None, "1"))
 

@@ -104,6 +104,6 @@ def test_watch_lines_split_across_chunks_are_joined(client, monkeypatch):
     raw = b"".join(json.dumps(e).encode() + b"\n" for e in events) + b"\n"
     chunks = [raw[i:i + 7] for i in range(0, len(raw), 7)]      # lines cut anywhere
     resp = _Stream(chunks)
-    monkeypatch.setattr(client, "request", lambda *a, **k: resp)
+    monkeypatch.setattr(client, "open_watch", lambda *a, **k: resp)
     assert list(client.watch_hrs("ns", None, "1")) == events
     assert resp.released
