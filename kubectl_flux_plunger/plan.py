@@ -241,15 +241,20 @@ def decide(
     return _decide_live(hr)
 
 
+def suspended_by_us(hr: Obj) -> bool:
+    """Suspended, with a spec.suspend flux-plunger owns."""
+    return is_suspended(hr) and owns_suspend(hr)
+
+
+def holds_ours(hr: Obj) -> bool:
+    """Our fence or a suspension we own is on it: what an interrupted run may leave, and
+    what a drain releases."""
+    return is_fenced(hr) or suspended_by_us(hr)
+
+
 def predicate(hr: Obj) -> bool:
     """The watch filter (SPEC §8): could a pass over this release do anything?"""
-    suspended = is_suspended(hr)
-    return (
-        is_stuck(hr)
-        or (suspended and owns_suspend(hr))
-        or is_fenced(hr)
-        or (suspended and is_terminating(hr))
-    )
+    return is_stuck(hr) or holds_ours(hr) or (is_suspended(hr) and is_terminating(hr))
 
 
 def wanted_on_change(hr: Obj) -> bool:

@@ -83,7 +83,7 @@ def _settled(newest: Obj | None, ending: Ending) -> str | None:
     pass's last write) when the pass ended on it for good and it wants no further pass.
     Every change up to it is then one this pass judged — the writes of its own, and those
     of others its preconditions or its stream saw — so serve skips their watch events."""
-    if newest is None or ending.failed or ending.result not in _SETTLING:
+    if newest is None or ending.result not in _SETTLING:  # failed, deferred, waiting, ...
         return None
     if plan.wanted_on_change(newest):
         return None

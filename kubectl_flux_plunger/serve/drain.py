@@ -23,14 +23,13 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from ..detect import is_fenced
 from ..executor import Outcome, Result
 from ..executor.drain import DONE, Drain, released
 from ..kube import KubeError
 from ..objects import Obj
-from ..plan import Row
+from ..plan import Row, holds_ours
 from .logs import fields
-from .watch import PAGE_SIZE, key_of, suspended_by_us
+from .watch import PAGE_SIZE, key_of
 
 if TYPE_CHECKING:
     from ..executor import Executor
@@ -45,10 +44,6 @@ class Lister(Protocol):
     def iter_hr_pages(
         self, namespace: str | None, label_selector: str | None, limit: int
     ) -> Iterator[tuple[list[Obj], str]]: ...
-
-
-def ours(hr: Obj) -> bool:
-    return is_fenced(hr) or suspended_by_us(hr)
 
 
 # A fresh read in one of these rows found a spec.suspend we own: whatever the pass did, the
@@ -138,7 +133,7 @@ class Drainer:
         if stop():
             return None
         for items, _ in self.kube.iter_hr_pages(self.namespace, self.selector, PAGE_SIZE):
-            keys.extend(key_of(hr) for hr in items if ours(hr))
+            keys.extend(key_of(hr) for hr in items if holds_ours(hr))
             if stop():
                 return None
         return keys

@@ -130,7 +130,7 @@ class WorkQueue:
             return
         if key in self._processing:  # queued again by done(), unless the pass judged rv
             if key in self._dirty:
-                self._dirty_rv[key] = _newest(self._dirty_rv.get(key), rv)
+                self._dirty_rv[key] = _newest(self._dirty_rv[key], rv)
             else:
                 self._dirty.add(key)
                 self._dirty_rv[key] = rv
@@ -255,11 +255,9 @@ class WorkQueue:
             return key in self._dirty or key in self._processing or key in self._due
 
 
-def _newest(a: str | None, b: str) -> str:
-    """The newer of two resourceVersions (``a`` None: there is only ``b``); "" (unknown) when
-    either is unknown or they do not compare — unknown counts as newer than anything."""
-    if a is None:
-        return b
+def _newest(a: str, b: str) -> str:
+    """The newer of two resourceVersions; "" (unknown) when either is unknown or they do not
+    compare — unknown counts as newer than anything."""
     if not a or not b:
         return ""
     order = compare_resource_versions(a, b)

@@ -30,6 +30,7 @@ from .. import plan
 from ..backup import Backup
 from ..events import Recorder
 from ..executor import Executor, Options, Result
+from ..executor.outcome import CLEANUP_RESULTS
 from ..kube import Kube, KubeError
 from .drain import Drainer
 from .health import Endpoints, prometheus_renderer
@@ -237,7 +238,7 @@ class Controller:
         self.queue.forget(key)
         if out.requeue_after:
             self.queue.add_after(key, out.requeue_after)
-        elif out.result in (Result.RELINQUISHED, Result.FENCE_REMOVED) and out.row in _REDECIDE:
+        elif out.result in CLEANUP_RESULTS and out.row in _REDECIDE:
             self.queue.add(key)
         return out.settled
 

@@ -22,10 +22,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from .. import plan
-from ..detect import is_fenced, is_suspended
+from ..detect import is_fenced
 from ..kube import KubeError
 from ..objects import Obj
-from ..ownership import owns_suspend
 from .logs import fields
 
 if TYPE_CHECKING:
@@ -44,10 +43,6 @@ BACKOFF_BASE, BACKOFF_CAP = 0.5, 30.0
 def key_of(hr: Obj) -> str:
     md = hr.get("metadata") or {}
     return f"{md.get('namespace')}/{md.get('name')}"
-
-
-def suspended_by_us(hr: Obj) -> bool:
-    return is_suspended(hr) and owns_suspend(hr)
 
 
 class Expired(Exception):
@@ -108,7 +103,7 @@ class Watcher:
             return len(self._fenced)
 
     def held_keys(self) -> set[str]:
-        """The keys last seen fenced or suspended by us (``drain.ours``): where the drain
+        """The keys last seen fenced or suspended by us (``plan.holds_ours``): where the drain
         starts.  Meaningful once ``synced`` is set."""
         with self._lock:
             return self._fenced | self._owned
@@ -121,7 +116,7 @@ class Watcher:
         middle of an action, or before its retry after a recovery, are not)."""
         key = key_of(hr)
         fenced = not deleted and is_fenced(hr)
-        owned = not deleted and suspended_by_us(hr)
+        owned = not deleted and plan.suspended_by_us(hr)
         with self._lock:
             if fenced:
                 self._fenced.add(key)
@@ -149,7 +144,7 @@ class Watcher:
                 count += 1
                 if is_fenced(hr):
                     fenced.add(key_of(hr))
-                if suspended_by_us(hr):
+                if plan.suspended_by_us(hr):
                     owned.add(key_of(hr))
                 if plan.predicate(hr):  # the catch-all: the whole predicate, unconditionally
                     queued += 1

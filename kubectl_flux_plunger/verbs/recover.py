@@ -9,12 +9,10 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any
 
 from .. import plan
-from ..detect import is_fenced, is_suspended
 from ..executor import Executor, Outcome, Result
 from ..executor.handshake import ReleaseWatch
 from ..kube import Kube, KubeError
 from ..objects import Obj
-from ..ownership import owns_suspend
 from ..plan import Row
 
 # Rows `resume-owned` may act on: our own suspensions (with their fences) and nothing else.
@@ -149,6 +147,6 @@ def still_held(kube: Kube, keys: list[tuple[str, str]]) -> list[tuple[str, str]]
         except KubeError:
             held.append((ns, name))
             continue
-        if hr is not None and (is_fenced(hr) or (is_suspended(hr) and owns_suspend(hr))):
+        if hr is not None and plan.holds_ours(hr):
             held.append((ns, name))
     return held
