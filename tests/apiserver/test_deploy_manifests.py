@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -432,6 +433,23 @@ class ServeProcess:
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def _get(self, port: int, path: str) -> tuple[int, str]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.status, r.read().decode()
+
+    def ready(self) -> bool:
+        """/readyz answers 200: its watch's LIST is done."""
+        try:
+            return self._get(self.probe, "/readyz")[0] == 200
+        except OSError:   # refused, or 503 (an HTTPError is an OSError)
+            return False
+
+    def idle(self) -> bool:
+        """/metrics: nothing queued and no fence held."""
+        text = self._get(self.metrics, "/metrics")[1]
+        return ("flux_plunger_queue_depth 0.0" in text
+                and "flux_plunger_fences_held 0.0" in text)
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -102,27 +102,6 @@ class _Quiet:
         return self.clock() - self.since >= self.seconds
 
 
-def _idle(port: int) -> bool:
-    """serve's /metrics: nothing queued and no fence held."""
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
-        text = r.read().decode()
-    return ("flux_plunger_queue_depth 0.0" in text
-            and "flux_plunger_fences_held 0.0" in text)
-
-
-def _ready(port: int) -> bool:
-    import urllib.error
-    import urllib.request
-
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-            return r.status == 200
-    except (OSError, urllib.error.URLError):
-        return False
-
-
 @pytest.fixture(scope="module")
 def plane_without_watch_lists(tmp_path_factory):
     """A real control plane whose apiserver has WatchList off (as Kubernetes 1.33 ships)."""
@@ -208,7 +187,7 @@ class CountedServe:
         self.since = 0
         try:
             eventually(lambda: cluster.kube.get_lease(ns, C.LEASE_NAME), 30, "serve leading")
-            eventually(lambda: _ready(self.serve.probe), 30, "serve ready (its LIST done)")
+            eventually(self.serve.ready, 30, "serve ready (its LIST done)")
         except BaseException:
             self.serve.kill()
             raise
@@ -222,7 +201,7 @@ class CountedServe:
         try:
             quiet = _Quiet(lambda: len(_about(
                 self.plane.audit_events(since=self.since, user=self.user), name)))
-            eventually(lambda: settled() and _idle(self.serve.metrics) and quiet(), 60,
+            eventually(lambda: settled() and self.serve.idle() and quiet(), 60,
                        "serve idle and the release settled")
         except BaseException:
             self.serve.kill()

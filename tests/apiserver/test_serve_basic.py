@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import yaml
 
+from kubectl_flux_plunger import constants as C
 from testplane.cluster import SimulatedHelmController, eventually
 
+from .conftest import hold
 from .test_serve_support import FAST, json_lines, recovered, serve, stuck  # noqa: F401
 
 
@@ -56,3 +58,23 @@ def test_readyz_is_503_until_the_list_succeeds(plane, tmp_path, serve):  # noqa:
     code, body = s.http(s.probe_port, "/readyz")
     assert code == 503 and "not synced" in body
     assert s.alive()
+
+
+def test_serve_finishes_a_recovery_a_crash_left_between_the_record_and_the_delete(
+        cluster, ns, serve):  # noqa: F811
+    """A crashed recovery left its suspension and fence, and had recorded revision 2 without
+    deleting it.  serve lifts the leftover and decides again at once: revision 2 is deleted
+    with no write of helm-controller's in between (the simulated one never attempts a
+    release).  The change its own relinquish makes does not start that pass — it is one
+    the pass judged, and a release awaiting helm-controller's retry is no event worth a
+    pass — the worker's re-decision after lifting a live leftover does."""
+    stuck(cluster, ns, "demo")
+    hold(cluster, ns)
+    cluster.merge(ns, "demo", {"metadata": {"annotations": {C.PROCESSED_ANNOTATION: "2"}}},
+                  manager=C.CLIENT_SIDE_MANAGER)
+    with SimulatedHelmController(cluster, ns):
+        s = serve("-n", ns, "--no-leader-elect", *FAST)
+        eventually(lambda: recovered(cluster, ns, "demo"), 30, "the leftover lifted and v2 gone")
+    eventually(lambda: s.metric("flux_plunger_reconciles_total", result="relinquished") == 1.0
+               and s.metric("flux_plunger_reconciles_total", result="recovered") == 1.0,
+               10, "one relinquish, then one recovery")
