@@ -168,14 +168,17 @@ def test_two_shards_in_one_namespace_lead_on_their_own_leases_and_keep_to_their_
         plane, cluster, ns, installs, tmp_path):
     a_key, b_key = unique("a"), unique("b")
     a = installs(f"flux-plunger-{a_key}", f'shard="{a_key}"')
-    b = installs(f"flux-plunger-{b_key}", f'shard="{b_key}"')
+    # shard b by an explicit selector in Flux's set form (spaces, parentheses: quoted in
+    # the rendered args, through serve's LIST and WATCH)
+    b_sel = f"{KEY} in ({b_key}, {b_key}-spare)"
+    b = installs(f"flux-plunger-{b_key}", f"selector={json.dumps(b_sel)}")
     # 3: distinct names for everything the two renderings hold, and distinct Leases
     names = [{(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
               for d in i.docs} for i in (a, b)]
     assert names[0] and not names[0] & names[1], names[0] & names[1]
     assert (a.lease, b.lease) == (f"{a.name}.flux-plunger.cozystack.io",
                                   f"{b.name}.flux-plunger.cozystack.io")
-    assert (a.selector, b.selector) == (f"{KEY}={a_key}", f"{KEY}={b_key}")
+    assert (a.selector, b.selector) == (f"{KEY}={a_key}", b_sel)
     assert a.hook_args[:2] == ["release-fence", "--all-namespaces"]
     assert f"--selector={KEY}={a_key}" in a.hook_args
     # the pods each install's hook waits for are its own Deployment's, never the other's
