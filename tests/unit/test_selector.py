@@ -38,6 +38,8 @@ def labels(**kv: str) -> dict[str, str]:
     ("a in (x, y)", [Op.IN], "a in (x,y)"),
     ("a in(x)", [Op.IN], "a in (x)"),
     ("a notin (x,y)", [Op.NOT_IN], "a notin (x,y)"),
+    ("a in (x,)", [Op.IN], "a in (x,)"),  # an empty value, as apimachinery reads it
+    ("a in (x,x)", [Op.IN], "a in (x)"),
     ("a=", [Op.EQUALS], "a="),
     ("a>1", [Op.GT], "a>1"),
     ("a<3", [Op.LT], "a<3"),
@@ -78,6 +80,8 @@ def test_good_forms_parse(text, ops, canonical):
     ("a=-v", "invalid value '-v' for 'a'"),
     ("a in (x,-y)", "invalid value '-y' for 'a'"),
     ("in=b", "expected a label key, found 'in'"),
+    ("a=(", "expected a value for 'a', found '('"),
+    ("a in (=)", "expected a value or ')' for 'a', found '='"),
     ("", "the selector is empty"),
 ])
 def test_bad_forms_are_one_line_errors(text, why):
