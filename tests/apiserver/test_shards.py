@@ -346,3 +346,48 @@ def test_the_kustomize_shard_overlay_sits_next_to_the_base(plane):
     assert crb["subjects"][0]["name"] == "flux-plunger-shard1"
     out = apply(plane, base + shard, "test-kustomize-shard")
     assert out.count("serverside-applied") == len(base) + len(shard), out
+
+
+# -- a release relabelled into another shard between the LIST and the fresh read ----------
+
+@pytest.mark.parametrize("verb", ["recover", "resume-owned"])
+def test_a_release_relabelled_out_of_the_selection_after_the_list_is_left_alone(
+        plane, cluster, ns, monkeypatch, capsys, verb):
+    """The LIST selects it (shard a's label); before the fresh read that decides, it moves to
+    shard b.  The verb, run in this process so the relabel lands exactly there, decides
+    nothing on it and writes nothing: the check of the fresh read against -l."""
+    from kubectl_flux_plunger import kube as kube_mod
+    from kubectl_flux_plunger.cli import main
+
+    a_key, b_key = unique("a"), unique("b")
+    stuck_release(cluster, ns, "moving", labels={KEY: a_key})
+    if verb == "resume-owned":
+        hold(cluster, ns, "moving")   # as a crash of shard a's recovery leaves it ...
+    before = cluster.get(ns, "moving")
+    moved: list[str] = []
+    real_init = kube_mod.Kube.__init__
+
+    def init(self, *a, **kw):
+        real_init(self, *a, **kw)
+
+        def before_request(method, path):
+            # the fresh read after the LIST (a watch-list or a GET of the release)
+            if "/helmreleases" in path and method != "LIST" and not moved:
+                moved.append(f"{method} {path}")   # ... and shard b takes it over
+                cluster.merge(ns, "moving", {"metadata": {"labels": {KEY: b_key}}})
+        self.before_request = before_request
+    monkeypatch.setattr(kube_mod.Kube, "__init__", init)
+    monkeypatch.setattr("sys.argv", ["kubectl-flux_plunger"])
+    code = main([verb, "-n", ns, "-l", f"{KEY}={a_key}", "--lease-namespace", ns,
+                 "--kubeconfig", str(plane.kubeconfig)])
+    out = capsys.readouterr().out
+    assert moved, "the relabel never landed"
+    assert code == 0, out
+    assert f"moving unchanged: not selected by -l '{KEY}={a_key}'" in out, out
+    after = cluster.get(ns, "moving")
+    # nothing written since the relabel: the same spec, finalizers and annotations
+    assert after["metadata"]["labels"][KEY] == b_key
+    for field in ("finalizers", "annotations"):
+        assert after["metadata"].get(field) == before["metadata"].get(field), field
+    assert after["spec"] == before["spec"]
+    assert "sh.helm.release.v1.moving.v2" in cluster.secret_names(ns, "moving")
