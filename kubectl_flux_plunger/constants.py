@@ -7,7 +7,11 @@ FENCE = "flux-plunger.cozystack.io/uninstall-fence"
 PROCESSED_ANNOTATION = "flux-plunger.cozystack.io/last-processed-version"
 LEGACY_SUSPENDED_ANNOTATION = "flux-plunger.cozystack.io/suspended"  # older flux-plunger marker
 HELM_CONTROLLER_FINALIZER = "finalizers.fluxcd.io"
-LEASE_NAME = "flux-plunger.cozystack.io"
+LEASE_NAME = "flux-plunger.cozystack.io"  # serve --leader-election-id's default
+# what a controller watches, recorded on its Lease (sharding): `status` matches releases
+# against them; "" = every label / every namespace
+LEASE_SELECTOR_ANNOTATION = "flux-plunger.cozystack.io/selector"
+LEASE_NAMESPACE_ANNOTATION = "flux-plunger.cozystack.io/watch-namespace"
 EVENT_COMPONENT = "flux-plunger"
 
 HR_GROUP = "helm.toolkit.fluxcd.io"

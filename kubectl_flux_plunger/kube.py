@@ -876,6 +876,10 @@ class Kube:
     def get_lease(self, namespace: str, name: str) -> Obj | None:
         return self._get_or_none(lease_path(namespace, name))
 
+    def list_leases(self, namespace: str) -> list[Obj]:
+        items = self.request("LIST", "GET", lease_path(namespace)).get("items") or []
+        return [i for i in items if isinstance(i, dict)]
+
     def create_lease(self, namespace: str, body: Obj) -> Obj:
         return self.request("CREATE", "POST", lease_path(namespace), body=body, content_type=JSON)
 

@@ -18,7 +18,14 @@ import click
 
 from .. import __version__
 from .examples import Group
-from .options import DURATION, Duration, override_options, overrides, parse_duration
+from .options import (
+    DURATION,
+    Duration,
+    check_selector,
+    override_options,
+    overrides,
+    parse_duration,
+)
 
 __all__ = ["DURATION", "Duration", "Exit", "cli", "fail", "main", "parse_duration"]
 
@@ -79,7 +86,9 @@ def selection_options(f: F) -> F:
         "-l",
         "--selector",
         metavar="SELECTOR",
-        help="Label selector to filter HelmReleases (e.g. sharding.fluxcd.io/key=shard1).",
+        callback=check_selector,
+        help="Label selector to filter HelmReleases (Kubernetes syntax, e.g. "
+        "sharding.fluxcd.io/key=shard1, '!sharding.fluxcd.io/key', 'k in (a,b)').",
     )(f)
     f = click.option(
         "-A", "--all-namespaces", is_flag=True, help="Act on HelmReleases in every namespace."
@@ -93,8 +102,34 @@ def selection_options(f: F) -> F:
     )(f)
 
 
+def lease_name_option(f: F) -> F:
+    """--lease-name (alias --leader-election-id, serve's flag): a shard's controller Lease."""
+    return click.option(
+        "--lease-name",
+        "--leader-election-id",
+        "lease_name",
+        metavar="NAME",
+        callback=_check_lease_name,
+        help="Name of the controller's Lease: the --leader-election-id of the flux-plunger "
+        "(shard) whose releases these are [default: flux-plunger.cozystack.io].",
+    )(f)
+
+
+def _check_lease_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from .options import lease_name_problem
+
+    if value is None or ctx.resilient_parsing:
+        return value
+    problem = lease_name_problem(value)
+    if problem:
+        raise click.UsageError(f"--lease-name {value!r}: {problem}", ctx)
+    return value
+
+
 def lease_options(f: F, *, force: bool = True) -> F:
-    """--lease-namespace (and --force): the running-controller check of writing verbs."""
+    """--lease-namespace, --lease-name (and --force): the running-controller check of
+    writing verbs."""
+    f = lease_name_option(f)
     if force:
         f = click.option(
             "--force",
@@ -104,21 +139,26 @@ def lease_options(f: F, *, force: bool = True) -> F:
     return click.option(
         "--lease-namespace",
         metavar="NS",
-        help="Namespace of the controller's Lease flux-plunger.cozystack.io "
+        help="Namespace of the controller's Lease (see --lease-name) "
         "[default: the pod's namespace in a cluster, else flux-plunger].",
     )(f)
 
 
-def _controller_check(kube: Any, lease_namespace: str | None, force: bool) -> None:
+def _controller_check(
+    kube: Any, lease_namespace: str | None, force: bool, lease_name: str | None = None
+) -> None:
     """Refuse (exit 1) while another identity holds the controller's Lease, unless forced."""
     import datetime as dt
 
+    from .. import constants as C
     from .. import controller_lease
 
     if lease_namespace is not None and not lease_namespace.strip():
         raise click.UsageError("--lease-namespace must not be empty")
     lease = controller_lease.read(
-        kube, lease_namespace or controller_lease.default_lease_namespace()
+        kube,
+        lease_namespace or controller_lease.default_lease_namespace(),
+        name=lease_name or C.LEASE_NAME,
     )
     now = dt.datetime.now(dt.timezone.utc)
     if not lease.readable:
@@ -364,9 +404,11 @@ def cli(ctx: click.Context) -> None:
 @click.option(
     "--lease-namespace",
     metavar="NS",
-    help="Namespace of the controller's Lease flux-plunger.cozystack.io "
+    help="Namespace of the controllers' Leases: every flux-plunger Lease there is read (one "
+    "LIST; each shard's records what it watches) unless --lease-name names one "
     "[default: the pod's namespace in a cluster, else flux-plunger].",
 )
+@lease_name_option
 @_api_errors
 def status(
     kubeconfig: str | None,
@@ -380,6 +422,7 @@ def status(
     no_headers: bool,
     watch: bool,
     lease_namespace: str | None,
+    lease_name: str | None,
 ) -> None:
     """Show every HelmRelease flux-plunger would act on or has touched (read-only).
 
@@ -394,10 +437,13 @@ def status(
     )
     if lease_namespace is not None and not lease_namespace.strip():
         raise click.UsageError("--lease-namespace must not be empty")
-    lease = verb.controller(s.kube, lease_namespace)
-    rep = verb.report(s.kube, s.selection, lease=lease)
+    leases = verb.controllers(s.kube, lease_namespace, lease_name)
+    rep = verb.report(s.kube, s.selection, leases=leases)
     if output in ("table", "wide") and rep.rows:
-        click.echo(f"Controller: {lease.describe(dt.datetime.now(dt.timezone.utc))}", err=True)
+        now = dt.datetime.now(dt.timezone.utc)
+        for i, lease in enumerate(leases):
+            if i == 0 or lease.holder:  # the contract's Lease always; a shard's when held
+                click.echo(f"Controller: {lease.describe(now)}", err=True)
     for m in rep.missing:
         click.echo(f"Error from server (NotFound): {m}", err=True)
     wide = output == "wide"
@@ -430,13 +476,13 @@ def status(
             )
     if watch:
         _watch_status(
-            s, output, wide=wide, shown={(r.namespace, r.name) for r in rep.rows}, lease=lease
+            s, output, wide=wide, shown={(r.namespace, r.name) for r in rep.rows}, leases=leases
         )
     raise SystemExit(int(Exit.FAILURE if rep.missing else Exit.OK))
 
 
 def _watch_status(
-    s: Session, output: str, *, wide: bool, shown: set[tuple[str, str]], lease: Any = None
+    s: Session, output: str, *, wide: bool, shown: set[tuple[str, str]], leases: Any = None
 ) -> None:
     """``status --watch``: one line (or document) per change of a release that needs
     attention or was shown, until interrupted.  Like ``kubectl get -w``: no header again."""
@@ -462,7 +508,7 @@ def _watch_status(
                 key = (md.get("namespace", ""), md["name"])
                 if sel.names and key[1] not in sel.names:
                     continue
-                r = verb.row(s.kube, hr, lease=lease)
+                r = verb.row(s.kube, hr, leases=leases)
                 if event["type"] == "DELETED":
                     r.state = "deleted"
                 if not (sel.names or key in shown or interesting(hr, r.state)):
@@ -505,6 +551,7 @@ def _run_table(
     lease_namespace: str | None = None,
     force: bool = False,
     backup_dir: str | None = None,
+    lease_name: str | None = None,
 ) -> NoReturn:
     from ..events import Recorder
     from ..executor import Executor, Options, Result
@@ -526,7 +573,7 @@ def _run_table(
     )
     if dry_run != "client":
         # before the reads that decide: the named read stays right before its acquire
-        _controller_check(s.kube, lease_namespace, force)
+        _controller_check(s.kube, lease_namespace, force, lease_name)
     from ..backup import DirectoryBackup
 
     def show(o: Any) -> bool:
@@ -548,6 +595,7 @@ def _run_table(
     stream = Stream(verb=verb_name, total=0, line=line, prog=_prog_name())
     # a stop is noticed between handshake watch windows: keep them short
     opts = Options(
+        selector=s.selection.matcher(),
         dry_run_client=(dry_run == "client"),
         allow_recover=(only_rows is None),
         handshake_timeout=handshake_timeout,
@@ -709,6 +757,7 @@ def recover(
     handshake_timeout: float,
     backup_dir: str | None,
     lease_namespace: str | None,
+    lease_name: str | None,
     force: bool,
 ) -> None:
     """Recover stuck HelmReleases once (the same decision table the controller runs)."""
@@ -730,6 +779,7 @@ def recover(
         lease_namespace,
         force,
         backup_dir,
+        lease_name,
     )
 
 
@@ -752,6 +802,7 @@ def resume_owned(
     no_headers: bool,
     dry_run: str,
     lease_namespace: str | None,
+    lease_name: str | None,
     force: bool,
 ) -> None:
     """Lift suspensions flux-plunger itself owns (e.g. left by a crash), with their fences.
@@ -775,6 +826,7 @@ def resume_owned(
         RESUME_ROWS,
         lease_namespace=lease_namespace,
         force=force,
+        lease_name=lease_name,
     )
 
 
@@ -929,14 +981,19 @@ def release_fence(
         executor = Executor(
             s.kube,
             Recorder(s.kube, enabled=(dry_run == "none")),
-            options=Options(allow_recover=False),
+            options=Options(allow_recover=False, selector=s.selection.matcher()),
         )
         wait_for = timeout if ends is None else max(0.0, min(timeout, ends - time.monotonic()))
         fenced, released_waiting = verb.wait_uninstalls(executor, fenced, wait_for)
     else:
         released_waiting = []
     results = released_waiting + verb.run(
-        s.kube, fenced, window=retry_window, deadline=ends, concurrency=concurrency
+        s.kube,
+        fenced,
+        window=retry_window,
+        deadline=ends,
+        concurrency=concurrency,
+        selector=s.selection.matcher(),
     )
     if stopped is not None and (stopped.pods_left or stopped.pods_unknown):
         # a controller pod that did not go may fence a release behind the sweep: give it

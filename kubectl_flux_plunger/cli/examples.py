@@ -33,7 +33,10 @@ EXAMPLES: dict[str, str] = {
   {prog} recover -n team-a podinfo redis
 
   # Recover every stuck release of a shard, eight at a time
-  {prog} recover -A -l sharding.fluxcd.io/key=shard1 --concurrency 8""",
+  {prog} recover -A -l sharding.fluxcd.io/key=shard1 --concurrency 8
+
+  # ... refusing while that shard's controller holds its Lease (serve --leader-election-id)
+  {prog} recover -A -l sharding.fluxcd.io/key=shard1 --lease-name $SHARD1_LEASE""",
     "resume-owned": """\
   # Lift the suspensions a crashed flux-plunger left, in every namespace
   {prog} resume-owned -A
@@ -48,7 +51,10 @@ EXAMPLES: dict[str, str] = {
   {prog} release-fence -A --wait-uninstall --timeout 2m
 
   # Stop the controller's Deployment first (what the chart's uninstall hook does)
-  {prog} release-fence -A --stop-deployment flux-plunger/flux-plunger""",
+  {prog} release-fence -A --stop-deployment flux-plunger/flux-plunger
+
+  # Uninstalling one shard: only that shard's releases (the others' recoveries go on)
+  {prog} release-fence -A -l sharding.fluxcd.io/key=shard1 --stop-deployment fp/fp-shard1""",
     "restore": """\
   # Put back a revision `recover --backup-dir ./backups` saved (first suspend the release)
   {prog} restore ./backups/team-a_podinfo_v00000003_20260102T030405123456Z.json
@@ -66,7 +72,10 @@ EXAMPLES: dict[str, str] = {
   {prog} serve --leader-elect --termination-grace-period=90 --shutdown-drain-timeout=65s
 
   # Locally against the current context, one namespace, no leader election
-  {prog} serve -n team-a --no-leader-elect --metrics-bind-address 0""",
+  {prog} serve -n team-a --no-leader-elect --metrics-bind-address 0
+
+  # One helm-controller shard on its own Lease (the main instance: -l '!sharding.fluxcd.io/key')
+  {prog} serve -l sharding.fluxcd.io/key=shard1 --leader-election-id $SHARD1_LEASE""",
 }
 
 

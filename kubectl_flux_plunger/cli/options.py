@@ -154,3 +154,32 @@ def overrides(ctx: click.Context | None = None) -> Any:
     if "impersonate_groups" in values:
         values["impersonate_groups"] = tuple(values["impersonate_groups"])
     return Overrides(**values)
+
+
+def check_selector(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``-l``: parsed here, at flag parsing, so a bad selector is one usage error (exit 2)
+    before any request.  The text is kept as written (the apiserver parses the same)."""
+    if value is None or not value.strip() or ctx.resilient_parsing:
+        return value  # empty: the command's own rule; completion: no errors while typing
+    from ..selector import SelectorError, parse
+
+    try:
+        return parse(value).text
+    except SelectorError as exc:
+        raise click.UsageError(str(exc), ctx) from None
+
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+
+
+def lease_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a Lease (a DNS subdomain), or None."""
+    if not name:
+        return "must not be empty"
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        return (
+            "a Lease name must be a DNS subdomain: lower-case alphanumerics, '-' and '.', "
+            "starting and ending with an alphanumeric, at most 253 characters"
+        )
+    return None

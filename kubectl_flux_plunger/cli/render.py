@@ -66,7 +66,8 @@ STATUS_HEADERS = [
     "FENCED",
     "AGE",
 ]
-STATUS_WIDE = ["RELEASE", "STORAGE-NAMESPACE", "CLUSTER", "NOTE"]
+# CONTROLLER: the Lease of the running controller whose recorded scope selects the release
+STATUS_WIDE = ["RELEASE", "STORAGE-NAMESPACE", "CLUSTER", "CONTROLLER", "NOTE"]
 
 
 def status_headers(*, all_namespaces: bool, wide: bool) -> list[str]:
@@ -89,7 +90,13 @@ def status_cells(r: Any, *, all_namespaces: bool, wide: bool) -> list[object]:
     if all_namespaces:
         cells.insert(0, r.namespace)
     if wide:
-        cells += [r.release, r.storage_namespace, getattr(r, "cluster", "local"), r.note]
+        cells += [
+            r.release,
+            r.storage_namespace,
+            getattr(r, "cluster", "local"),
+            getattr(r, "controller", ""),
+            r.note,
+        ]
     return cells
 
 
@@ -210,6 +217,7 @@ def status_item(r: Any) -> dict[str, Any]:
             "cluster": getattr(r, "cluster", "local"),
         },
         "message": _null(r.note),
+        "controller": _null(getattr(r, "controller", "")),
     }
 
 

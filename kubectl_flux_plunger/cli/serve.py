@@ -7,7 +7,7 @@ import os
 import click
 
 from . import DURATION, Exit, cli, connection_options, fail
-from .options import overrides
+from .options import check_selector, lease_name_problem, overrides
 
 DRAIN_MARGIN = 5.0  # seconds kept between the end of the drain and the kubelet's SIGKILL
 
@@ -86,8 +86,9 @@ def check_timings(
     "-l",
     "--selector",
     metavar="SELECTOR",
+    callback=check_selector,
     help="Label selector of the HelmReleases to watch (e.g. for sharding: "
-    "sharding.fluxcd.io/key=shard1).",
+    "sharding.fluxcd.io/key=shard1, or '!sharding.fluxcd.io/key' for the main instance).",
 )
 @click.option(
     "--workers",
@@ -99,6 +100,13 @@ def check_timings(
     "--leader-elect/--no-leader-elect",
     default=True,
     help="Hold the Lease flux-plunger.cozystack.io; only the leader acts.",
+)
+@click.option(
+    "--leader-election-id",
+    metavar="NAME",
+    default="flux-plunger.cozystack.io",
+    help="Name of the Lease (as controller-runtime's flag): give each install its own, e.g. "
+    "one per shard; the default is the on-cluster contract with the reference controller.",
 )
 @click.option(
     "--leader-election-namespace",
@@ -206,6 +214,7 @@ def serve(
     selector: str | None,
     workers: int,
     leader_elect: bool,
+    leader_election_id: str,
     leader_election_namespace: str | None,
     lease_duration: float,
     renew_deadline: float,
@@ -227,9 +236,10 @@ def serve(
     """Run the controller: watch HelmReleases and recover stuck ones continuously.
 
     The same decision table as `recover`, driven by a list+watch, with leader election on
-    the Lease flux-plunger.cozystack.io. On SIGTERM it stops new work, drains (releases
-    every suspension and uninstall fence it holds, carrying deletes through the uninstall)
-    and gives the Lease up; a second signal exits at once."""
+    the Lease flux-plunger.cozystack.io (--leader-election-id: one per shard). On SIGTERM it
+    stops new work, drains (releases every suspension and uninstall fence it holds,
+    carrying deletes through the uninstall) and gives the Lease up; a second signal exits
+    at once."""
     from ..serve.health import parse_bind_address
 
     if namespace is not None and not namespace.strip():
@@ -266,6 +276,9 @@ def serve(
         fail(f"stat {kubeconfig}: no such file or directory")
     lease_ns = None
     if leader_elect:
+        problem = lease_name_problem(leader_election_id)
+        if problem:
+            fail(f"--leader-election-id {leader_election_id!r}: {problem}", Exit.USAGE)
         if leader_election_namespace is not None and not leader_election_namespace.strip():
             fail("--leader-election-namespace must not be empty", Exit.USAGE)
         lease_ns = leader_election_namespace or _lease_namespace(kubeconfig, kube_context)
@@ -311,6 +324,7 @@ def serve(
         workers=workers,
         leader_elect=leader_elect,
         lease_namespace=lease_ns,
+        lease_name=leader_election_id,
         lease_duration=lease_duration,
         renew_deadline=renew_deadline,
         retry_period=retry_period,

@@ -40,6 +40,7 @@ from .outcome import (
     Stopped,
     fence_hint,
     leftover_hint,
+    outside,
     utcnow,
 )
 
@@ -116,6 +117,9 @@ class Executor(DryRun):
         in ``only_rows`` when given (otherwise: unchanged, nothing written)."""
         hr, watch = self.read_watched(namespace, name, only_rows)
         try:
+            if not self.selected(hr):
+                assert self.opt.selector is not None
+                return outside(self.opt.selector, namespace, name)
             if only_rows is not None and hr is not None:
                 d = plan.decide(hr, self.clock())
                 if d.row not in only_rows:
@@ -124,6 +128,12 @@ class Executor(DryRun):
         finally:
             if watch is not None:
                 watch.close()
+
+    def selected(self, hr: Obj | None) -> bool:
+        """Whether a fresh read is inside ``Options.selector`` (a gone release is: its
+        row is ``gone``, which writes nothing)."""
+        sel = self.opt.selector
+        return hr is None or sel is None or sel.matches_object(hr)
 
     def read_watched(
         self, namespace: str, name: str, only_rows: frozenset[plan.Row] | None = None
@@ -280,6 +290,9 @@ class Executor(DryRun):
                     fresh = True
                     if watch is not None:
                         opened.callback(watch.close)
+                    if not self.selected(current):
+                        assert self.opt.selector is not None
+                        return outside(self.opt.selector, ns, name)
                     if only_rows is not None:
                         continue  # its row must still be one of only_rows
                 out = self.apply_decision(ns, name, current, watch if prev is None else None)
@@ -297,7 +310,7 @@ class Executor(DryRun):
                     return out
                 prev = out
                 current = self.kube.get_hr(ns, name)
-                if current is None or detect.is_terminating(current):
+                if current is None or detect.is_terminating(current) or not self.selected(current):
                     return out
             return out
         except KubeError as exc:

@@ -12,6 +12,7 @@ from .. import constants as C
 from .. import plan
 from ..backup import Backup
 from ..objects import Obj
+from ..selector import Selector
 
 TERMINATING_DETAIL = (
     "the release began terminating during recovery; storage left intact "
@@ -70,6 +71,10 @@ class Outcome:
     # that state wants no further pass (``plan.wanted_on_change``): serve's queue skips the
     # watch events up to it (changes this pass already judged).  Not part of the output.
     settled: str | None = None
+    # False when the fresh read found the release outside this command's or controller's
+    # label selector (``Options.selector``): nothing was decided or written, and serve does
+    # not count it in its metrics.  Not part of the output.
+    selected: bool = True
 
     def as_dict(self) -> Obj:
         out = {
@@ -148,6 +153,21 @@ class Options:
     relinquish_timeout: float = 30.0  # keep lifting our suspension while it is ours
     acquire_timeout: float = 10.0  # re-decide an acquire/record racing other writers
     backup: Backup | None = None  # where a Secret is saved right before its DELETE
+    # the label selector (-l) of the command or controller: a fresh read that decides and
+    # finds the release outside it (relabelled into another shard) decides nothing
+    selector: Selector | None = None
+
+
+def outside(selector: Selector, namespace: str, name: str) -> Outcome:
+    """The outcome of a fresh read that found the release outside ``selector``."""
+    return Outcome(
+        namespace,
+        name,
+        Result.UNCHANGED,
+        f"not selected by -l {selector.text!r} (any more): left to the flux-plunger that "
+        "selects it",
+        selected=False,
+    )
 
 
 def leftover_hint(hr: Obj) -> str:

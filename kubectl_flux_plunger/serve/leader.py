@@ -67,8 +67,11 @@ class LeaderElector:
         wall: Callable[[], dt.datetime] = _utcnow,
         on_started: Callable[[], None] = lambda: None,
         on_lost: Callable[[], None] = lambda: None,
+        annotations: dict[str, str] | None = None,
     ) -> None:
         self.kube = kube
+        # written on the Lease with every acquire (what this instance watches: sharding)
+        self.annotations = dict(annotations or {})
         self.namespace, self.name, self.identity = namespace, name, ident
         self.lease_duration = lease_duration
         self.renew_deadline = renew_deadline
@@ -119,6 +122,13 @@ class LeaderElector:
             "renewTime": now,
             "leaseTransitions": transitions,
         }
+
+    def _with_annotations(self, lease: Obj) -> Obj:
+        if not self.annotations:
+            return lease
+        md = dict(lease.get("metadata") or {})
+        md["annotations"] = {**(md.get("annotations") or {}), **self.annotations}
+        return {**lease, "metadata": md}
 
     def _observe(self, lease: Obj) -> None:
         spec = lease.get("spec") or {}
@@ -179,6 +189,7 @@ class LeaderElector:
                 "metadata": {"name": self.name, "namespace": self.namespace},
                 "spec": self._spec(None),
             }
+            body = self._with_annotations(body)
             try:
                 self._wrote(self.kube.create_lease(self.namespace, body))
                 return True
@@ -198,7 +209,9 @@ class LeaderElector:
         try:
             self._wrote(
                 self.kube.update_lease(
-                    self.namespace, self.name, {**lease, "spec": self._spec(lease)}
+                    self.namespace,
+                    self.name,
+                    self._with_annotations({**lease, "spec": self._spec(lease)}),
                 )
             )
             return True

@@ -40,6 +40,8 @@ class Metrics:
         self.api_stats: Sequence[RequestStats] = ()  # kube.Stats of every client in use
 
     def observe(self, outcome: Outcome) -> None:
+        if not outcome.selected:
+            return  # outside the controller's selection: not this controller's release
         with self._lock:
             self.reconciles[outcome.result] += 1
             # a release recovered earlier that awaits helm-controller's retry is not a

@@ -32,6 +32,7 @@ from ..events import Recorder
 from ..executor import Executor, Options, Result
 from ..executor.outcome import CLEANUP_RESULTS
 from ..kube import Kube, KubeError
+from ..selector import parse as parse_selector
 from .drain import Drainer
 from .health import Endpoints, prometheus_renderer
 from .leader import LeaderElector, identity
@@ -106,11 +107,18 @@ class Controller:
                 retry_period=cfg.retry_period,
                 on_started=self._started_leading,
                 on_lost=self._lost,
+                annotations={
+                    C.LEASE_SELECTOR_ANNOTATION: cfg.selector or "",
+                    C.LEASE_NAMESPACE_ANNOTATION: cfg.namespace or "",
+                },
             )
         # An in-flight recovery notices a stop between handshake watch windows: keep a window
         # well inside the stop bound so SIGTERM aborts it before the delete, in time.
         window = max(0.5, min(5.0, cfg.stop_timeout / 4))
         timings = Options(
+            # every fresh read that decides is checked against the selector too: a release
+            # relabelled out of this shard is left to the shard that selects it now
+            selector=parse_selector(cfg.selector) if cfg.selector else None,
             fence_warn_after=cfg.fence_warn_after,
             fence_recheck=cfg.fence_recheck,
             handshake_timeout=cfg.handshake_timeout,

@@ -20,6 +20,7 @@ from ..executor.drain import Drain
 from ..kube import Kube, KubeError
 from ..objects import Obj
 from ..plan import Row
+from ..selector import Selector
 
 MAX_FENCE_REMOVALS = 8
 DEFAULT_CONCURRENCY = 8
@@ -201,7 +202,7 @@ def wait_uninstalls(
             hr = listed  # release_one re-reads on its own
         if hr is None:
             done[key] = FenceResult(ns, name, True, False, "the release is gone")
-        else:
+        elif executor.selected(hr):  # relabelled out of the selection: not ours to release
             still.append(hr)
     return still, list(done.values())
 
@@ -213,13 +214,19 @@ def run(
     window: float = 60.0,
     deadline: float | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
+    selector: Selector | None = None,
 ) -> list[FenceResult]:
     """Release every fenced release, ``concurrency`` at a time, each retried within
     ``window`` seconds, all within the global ``deadline`` (``time.monotonic()``): a release
     still unfinished then is reported NOT released, so the summary always comes in time,
     and starts no further write (only a request already sent may still land).  Results in
-    the order of ``releases``."""
-    fenced = [hr for hr in releases if detect.is_fenced(hr)]
+    the order of ``releases``.  ``selector``: the command's ``-l``; a release outside it
+    (the LIST selected it server-side; a later read may not) is left alone."""
+    fenced = [
+        hr
+        for hr in releases
+        if detect.is_fenced(hr) and (selector is None or selector.matches_object(hr))
+    ]
     if not fenced:
         return []
     results: dict[int, FenceResult] = {}

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from ..kube import Kube, NotFound
 from ..objects import Obj
+from ..selector import Selector, parse
 
 
 class SelectionError(Exception):
@@ -19,6 +20,11 @@ class Selection:
     all_namespaces: bool = False
     selector: str | None = None
     names: tuple[str, ...] = field(default_factory=tuple)
+
+    def matcher(self) -> Selector | None:
+        """The parsed ``selector`` (checked at flag parsing), for the reads that do not go
+        through the LIST: every fresh read that decides is held against it."""
+        return parse(self.selector) if self.selector and self.selector.strip() else None
 
 
 NO_FLUX = (

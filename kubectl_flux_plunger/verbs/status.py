@@ -31,6 +31,9 @@ class Row:
     note: str
     stuck: bool = False  # the Ready condition says "has no deployed releases"
     cluster: str = "local"  # where the Helm storage is: local, or the spec.kubeConfig server
+    # the Leases of the running controllers whose recorded scope selects it (sharding),
+    # comma-joined; "" when none does (or none was read)
+    controller: str = ""
     # for -o json|yaml: the release's metadata as read (managedFields included) and the
     # (manager, operation) pairs that own spec.suspend
     metadata: Obj = field(default_factory=Obj)
@@ -152,6 +155,22 @@ def controller(kube: Kube, lease_namespace: str | None) -> ControllerLease:
     )
 
 
+def controllers(
+    kube: Kube, lease_namespace: str | None, lease_name: str | None = None
+) -> list[ControllerLease]:
+    """The controllers ``status`` reports: the Lease ``lease_name`` (one GET), else every
+    flux-plunger Lease of the lease namespace (one LIST; sharding: one Lease per install)."""
+    ns = lease_namespace or controller_lease.default_lease_namespace()
+    if lease_name:
+        return [controller_lease.read(kube, ns, name=lease_name)]
+    return controller_lease.read_all(kube, ns)
+
+
+def covering(leases: list[ControllerLease] | None, hr: Obj) -> list[ControllerLease]:
+    """The running controllers whose recorded scope selects ``hr``."""
+    return [c for c in leases or [] if c.running and c.covers(hr)]
+
+
 def run(
     kube: Kube,
     sel: Selection,
@@ -171,39 +190,56 @@ def report(
     *,
     lease_namespace: str | None = None,
     lease: ControllerLease | None = None,
+    leases: list[ControllerLease] | None = None,
 ) -> Report:
+    """``leases``: the controllers read (:func:`controllers`); ``lease``: one of them."""
     now = now or dt.datetime.now(dt.timezone.utc)
     releases, errors = fetch(kube, sel)
-    if lease is None and any(
+    if leases is None and lease is not None:
+        leases = [lease]
+    if leases is None and any(
         detect.is_suspended(hr) and ownership.owns_suspend(hr) for hr in releases
     ):
-        lease = controller(kube, lease_namespace)
+        leases = [controller(kube, lease_namespace)]
     rows = []
     remotes = Remotes(kube)  # a dead remote costs one bounded wait per run, not per release
     try:
         for hr in releases:
-            state = state_of(hr, now, lease)
+            cover = covering(leases, hr)
+            state = state_of(hr, now, cover[0] if cover else None)
             if not sel.names and not interesting(hr, state):
                 continue
-            rows.append(_row(remotes, hr, state, now))
+            rows.append(_row(remotes, hr, state, now, cover))
     finally:
         remotes.close()
     return Report(rows, errors, len(releases))
 
 
 def row(
-    kube: Kube, hr: Obj, now: dt.datetime | None = None, *, lease: ControllerLease | None = None
+    kube: Kube,
+    hr: Obj,
+    now: dt.datetime | None = None,
+    *,
+    lease: ControllerLease | None = None,
+    leases: list[ControllerLease] | None = None,
 ) -> Row:
     """The row of one release (``status --watch`` renders each change)."""
     now = now or dt.datetime.now(dt.timezone.utc)
+    cover = covering(leases if leases is not None else [lease] if lease else None, hr)
     remotes = Remotes(kube)
     try:
-        return _row(remotes, hr, state_of(hr, now, lease), now)
+        return _row(remotes, hr, state_of(hr, now, cover[0] if cover else None), now, cover)
     finally:
         remotes.close()
 
 
-def _row(remotes: Remotes, hr: Obj, state: str, now: dt.datetime) -> Row:
+def _row(
+    remotes: Remotes,
+    hr: Obj,
+    state: str,
+    now: dt.datetime,
+    cover: list[ControllerLease] | None = None,
+) -> Row:
     md = hr["metadata"]
     release, ns = storage.release_name(hr), storage.storage_namespace(hr)
     revision, helm_status, note, cluster = None, "-", "", "local"
@@ -243,6 +279,7 @@ def _row(remotes: Remotes, hr: Obj, state: str, now: dt.datetime) -> Row:
         note=note,
         stuck=detect.is_stuck(hr),
         cluster=cluster,
+        controller=",".join(c.name for c in cover or []),
         metadata=md,
         suspend_owners=list(ownership.suspend_owners(hr)),
     )

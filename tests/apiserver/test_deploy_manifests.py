@@ -52,7 +52,7 @@ CONTROLLER_CLUSTER_RULES = {
     ("", "secrets"): ["delete", "get", "list"],
     ("", "events"): ["create", "get", "patch"],
 }
-LEASE_RULES = {("coordination.k8s.io", "leases"): ["create", "get", "update"]}
+LEASE_RULES = {("coordination.k8s.io", "leases"): ["create", "get", "list", "update"]}
 HOOK_CLUSTER_RULES = {("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch"]}
 HOOK_ROLE_RULES = {("apps", "deployments"): ["get"], ("apps", "deployments/scale"): ["patch"],
                    ("", "pods"): ["list"]}

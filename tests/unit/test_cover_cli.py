@@ -20,7 +20,8 @@ pytestmark = pytest.mark.unit
 
 HRS = "/apis/helm.toolkit.fluxcd.io/v2/namespaces/apps/helmreleases"
 SECRETS = "/api/v1/namespaces/apps/secrets"
-LEASE = f"/apis/coordination.k8s.io/v1/namespaces/fp/leases/{constants.LEASE_NAME}"
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/fp/leases"
+LEASE = f"{LEASES}/{constants.LEASE_NAME}"
 
 
 class _Stream:
@@ -138,7 +139,7 @@ def _status_routes(events_per_watch):
                if isinstance(w, list) else w for w in events_per_watch]
     return {
         ("LIST", HRS): [{"metadata": {"resourceVersion": "5"}, "items": []}],
-        ("GET", LEASE): [K.kube_error(404, "NotFound", "not found")],
+        ("LIST", LEASES): [{"items": []}],  # status reads every controller Lease (shards)
         ("LIST", SECRETS): [{"items": []}],
         ("WATCH", HRS): watches,
     }

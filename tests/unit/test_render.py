@@ -36,6 +36,7 @@ def hr_metadata(ns: str, name: str, *, managers: list[dict] | None = None, **ext
 ROWS = [
     Row("apps", "stuck-one", "stuck", False, "-", 2, "uninstalling", "-", False, "5m", "stuck-one",
         "apps", "newest revision 2 has status uninstalling and no revision is deployed",
+        controller="flux-plunger-shard1.flux-plunger.cozystack.io",
         metadata=hr_metadata("apps", "stuck-one")),
     Row("team-b", "paused", "suspended-by-other", True, "operator(Update)", 1, "deployed", "3",
         False, "2d", "team-b-paused", "helm", "newest revision 1 is deployed",

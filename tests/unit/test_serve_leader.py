@@ -323,3 +323,23 @@ def test_release_does_not_touch_a_lease_someone_else_took(leases, clock):
     t.join(5)
     assert not t.is_alive()
     assert leases.spec()["holderIdentity"] == "other"
+
+
+def test_the_lease_records_what_this_instance_watches_on_create_and_takeover(leases, clock):
+    """Sharding: serve writes its selector and namespace scope on its Lease (status reads
+    them to say which controller covers a release); renewals keep them."""
+    scope = {"flux-plunger.cozystack.io/selector": "sharding.fluxcd.io/key in (a,b)",
+             "flux-plunger.cozystack.io/watch-namespace": ""}
+    e = elector(leases, clock, annotations=scope)
+    lead(e)
+    assert leases.objects[NAME]["metadata"]["annotations"] == scope
+    assert e.try_acquire_or_renew()  # a renewal
+    assert leases.objects[NAME]["metadata"]["annotations"] == scope
+    # a Lease another shard configuration wrote first: taken over with our scope
+    other = Leases()
+    other.held_by("")
+    other.objects[NAME]["metadata"]["annotations"] = {"keep": "me",
+                                                      "flux-plunger.cozystack.io/selector": "x"}
+    e2 = elector(other, clock, annotations=scope)
+    lead(e2)
+    assert other.objects[NAME]["metadata"]["annotations"] == {"keep": "me", **scope}

@@ -1,7 +1,50 @@
-{{/* Names are fixed: one flux-plunger per cluster (a second one would be a second writer),
-and the uninstall hook's Role names the Deployment. */}}
-{{- define "flux-plunger.name" -}}flux-plunger{{- end -}}
-{{- define "flux-plunger.hookName" -}}flux-plunger-uninstall-cleanup{{- end -}}
+{{/* Every name is the install's: the release name (with "-flux-plunger" appended unless
+it already holds it; fullnameOverride replaces it), so two installs (two shards, one per
+helm-controller shard) never share a Deployment, ServiceAccount, Role, ClusterRole or
+Lease.  The release "flux-plunger" keeps the names "flux-plunger" (and the contract's
+Lease). */}}
+{{- define "flux-plunger.name" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- else if contains "flux-plunger" .Release.Name -}}
+{{- .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-flux-plunger" .Release.Name | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- define "flux-plunger.hookName" -}}{{ include "flux-plunger.name" . }}-uninstall-cleanup{{- end -}}
+
+{{/* The HelmReleases this install watches: `selector`, else the shard's
+sharding.fluxcd.io/key=<shard> (Flux's sharding label), else every one. */}}
+{{- define "flux-plunger.selector" -}}
+{{- if .Values.selector -}}
+{{- .Values.selector -}}
+{{- else if .Values.shard -}}
+{{- printf "sharding.fluxcd.io/key=%s" .Values.shard -}}
+{{- end -}}
+{{- end -}}
+
+{{/* serve --leader-election-id: leaderElectionID, else derived from the name and the
+shard (unique per install in a namespace); the release "flux-plunger" without a shard keeps
+the contract's flux-plunger.cozystack.io. */}}
+{{- define "flux-plunger.leaseName" -}}
+{{- if .Values.leaderElectionID -}}
+{{- .Values.leaderElectionID -}}
+{{- else -}}
+{{- $id := include "flux-plunger.name" . -}}
+{{- if .Values.shard -}}
+{{- $s := .Values.shard | lower | replace "_" "-" | trimAll "-." -}}
+{{- if not (hasSuffix (printf "-%s" $s) $id) -}}
+{{- $id = printf "%s-%s" $id $s -}}
+{{- end -}}
+{{- end -}}
+{{- if eq $id "flux-plunger" -}}
+flux-plunger.cozystack.io
+{{- else -}}
+{{- printf "%s.flux-plunger.cozystack.io" $id -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 
 {{- define "flux-plunger.selectorLabels" -}}
 app.kubernetes.io/name: flux-plunger

@@ -1,0 +1,393 @@
+"""Sharding (one flux-plunger per helm-controller shard) against the real apiserver, with the
+chart rendered by real Helm for every install and each controller on a ServiceAccount bound
+to exactly its install's rendered roles (so the audit log tells the installs apart):
+
+1. two shards, each with its own selector and Lease (both in one namespace): both lead, each
+   recovers only its own stuck release; the other shard's release is never read, written or
+   counted (audit log, metrics, logs);
+2. shard b holds a recovery in flight (the acknowledgement held back); the uninstall hook of
+   shard a — and of the unsharded main install (`!sharding.fluxcd.io/key`) — runs exactly the
+   command the chart renders: shard b's suspension and fence are untouched (the hook releases
+   its own install's leftover), and shard b then finishes the recovery;
+3. two shards in the same namespace: the chart renders distinct names for everything, the
+   renderings apply side by side, and both lead (1);
+4. the main install never touches a sharded release (its serve, and its hook in 2);
+5. recover and resume-owned refuse while the named shard's controller leads
+   (--lease-name), --force overrides; status says which controller covers the release.
+
+The same with two chart installs in kind: tests/kind (see the report of issue 18)."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger import ownership
+from testplane.cluster import SimulatedHelmController, unique
+from testplane.rbac import service_account_kubeconfig
+
+from ..conftest import run_cli
+from .conftest import hold, stuck_release
+from .test_deploy_manifests import ServeProcess, apply, find, helm, helm_template, is_hook  # noqa: F401
+
+KEY = "sharding.fluxcd.io/key"
+
+
+def render(helm, ns: str, release: str, *sets: str) -> list[dict]:  # noqa: F811
+    proc = helm_template(helm, ns, *sets, release=release)
+    assert proc.returncode == 0, proc.stderr
+    import yaml
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def container_args(doc: dict) -> list[str]:
+    return doc["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+class Install:
+    """One chart install, rendered (release ``name``, values ``sets``) in ``ns``: its
+    Deployment's serve flags, its hook Job's command, and a serve process on a
+    ServiceAccount bound to exactly the rendered ClusterRole and Lease Role."""
+
+    def __init__(self, helm, plane, kube, ns: str, name: str, *sets: str):  # noqa: F811
+        self.plane, self.kube, self.ns, self.name = plane, kube, ns, name
+        self.docs = render(helm, ns, name, *sets)
+        self.fullname = find(self.docs, "ServiceAccount", name)["metadata"]["name"]
+        dep = find(self.docs, "Deployment", self.fullname)
+        self.serve_args = container_args(dep)
+        self.hook_args = container_args(find(self.docs, "Job", f"{self.fullname}-uninstall-cleanup"))
+        lease = [a for a in self.serve_args if a.startswith("--leader-election-id=")]
+        self.lease = lease[0].split("=", 1)[1] if lease else C.LEASE_NAME
+        sel = [a for a in self.serve_args if a.startswith("--selector=")]
+        self.selector = sel[0].split("=", 1)[1] if sel else None
+        self.proc: ServeProcess | None = None
+        self.user = ""
+
+    def start(self, tmp_path, *extra: str) -> ServeProcess:
+        sa = unique(self.name)
+        kc = service_account_kubeconfig(
+            self.plane, sa, namespace=self.ns,
+            cluster_rules=copy.deepcopy(find(self.docs, "ClusterRole", self.fullname)["rules"]),
+            namespace_rules={self.ns: copy.deepcopy(
+                find(self.docs, "Role", f"{self.fullname}-leader-election")["rules"])})
+        self.user = f"system:serviceaccount:{self.ns}:{sa}"
+        # the install's own scope and Lease, as its Deployment runs serve
+        scope = [a for a in self.serve_args
+                 if a.startswith(("--selector=", "--leader-election-id=", "--namespace="))]
+        self.proc = ServeProcess(kc, tmp_path / f"{self.name}.log", "--leader-elect",
+                                 f"--leader-election-namespace={self.ns}", *scope, *extra)
+        return self.proc
+
+    def leads(self) -> bool:
+        spec = (self.kube.get_lease(self.ns, self.lease) or {}).get("spec") or {}
+        return bool(spec.get("holderIdentity")) and self.proc is not None and self.proc.ready()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+
+
+@pytest.fixture
+def installs(plane, helm, cluster, ns, request):  # noqa: F811
+    made: list[Install] = []
+
+    def _make(name: str, *sets: str) -> Install:
+        i = Install(helm, plane, cluster.kube, ns, name, *sets)
+        made.append(i)
+        return i
+    yield _make
+    for i in made:
+        i.stop()
+    rep = getattr(request.node, "rep_call", None)
+    if rep is not None and rep.failed:
+        import sys
+        for i in made:
+            if i.proc is not None:
+                sys.stderr.write(f"\n--- {i.name} serve log ---\n{i.proc.text()}\n")
+
+
+def about(events: list[dict], ns: str, name: str) -> list[str]:
+    """Requests in the audit log that name release ``ns/name``: the release itself, its
+    Helm storage Secrets (by name or by the LIST's name=<release> label), its Events."""
+    out = []
+    for e in events:
+        ref = e.get("objectRef") or {}
+        uri = e.get("requestURI", "")
+        if ref.get("namespace") != ns:
+            continue
+        res, obj = ref.get("resource"), ref.get("name") or ""
+        if (res == "helmreleases" and obj == name
+                or res == "secrets" and (obj.startswith(f"sh.helm.release.v1.{name}.")
+                                         or f"name%3D{name}" in uri or f"name={name}" in uri)
+                or res == "events" and obj.startswith(f"{name}.")):
+            out.append(f"{e['verb']} {uri}")
+    return out
+
+
+def held_by_us(cluster, ns: str, name: str) -> bool:
+    hr = cluster.get(ns, name)
+    return (hr is not None and hr["spec"].get("suspend") is True
+            and ownership.owns_suspend(hr) and C.FENCE in hr["metadata"]["finalizers"])
+
+
+def recovered(cluster, ns: str, name: str) -> bool:
+    hr = cluster.get(ns, name)
+    return (f"sh.helm.release.v1.{name}.v2" not in cluster.secret_names(ns, name)
+            and hr is not None and not hr["spec"].get("suspend")
+            and C.FENCE not in hr["metadata"]["finalizers"]
+            and (hr["metadata"].get("annotations") or {}).get(C.PROCESSED_ANNOTATION) == "2")
+
+
+def untouched(cluster, ns: str, name: str) -> bool:
+    """Stuck as created: no suspension, no fence, no annotation, storage intact."""
+    hr = cluster.get(ns, name)
+    md = hr["metadata"]
+    return (not hr["spec"].get("suspend") and C.FENCE not in md["finalizers"]
+            and C.PROCESSED_ANNOTATION not in (md.get("annotations") or {})
+            and f"sh.helm.release.v1.{name}.v2" in cluster.secret_names(ns, name)
+            and not any(e["manager"] == C.FIELD_MANAGER for e in md.get("managedFields") or []))
+
+
+def log_releases(text: str) -> set[str]:
+    out = set()
+    for line in text.splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("release"):
+            out.add(rec["release"])
+    return out
+
+
+# -- 1 + 3: two shards, one namespace, both leading, each on its own releases ----------------
+
+def test_two_shards_in_one_namespace_lead_on_their_own_leases_and_keep_to_their_own_releases(
+        plane, cluster, ns, installs, tmp_path):
+    a_key, b_key = unique("a"), unique("b")
+    a = installs(f"flux-plunger-{a_key}", f'shard="{a_key}"')
+    # shard b by an explicit selector in Flux's set form (spaces, parentheses: quoted in
+    # the rendered args, through serve's LIST and WATCH)
+    b_sel = f"{KEY} in ({b_key}, {b_key}-spare)"
+    b = installs(f"flux-plunger-{b_key}", f"selector={json.dumps(b_sel)}")
+    # 3: distinct names for everything the two renderings hold, and distinct Leases
+    names = [{(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
+              for d in i.docs} for i in (a, b)]
+    assert names[0] and not names[0] & names[1], names[0] & names[1]
+    assert (a.lease, b.lease) == (f"{a.name}.flux-plunger.cozystack.io",
+                                  f"{b.name}.flux-plunger.cozystack.io")
+    assert (a.selector, b.selector) == (f"{KEY}={a_key}", b_sel)
+    assert a.hook_args[:2] == ["release-fence", "--all-namespaces"]
+    assert f"--selector={KEY}={a_key}" in a.hook_args
+    # the pods each install's hook waits for are its own Deployment's, never the other's
+    sel = [find(i.docs, "Deployment", i.fullname)["spec"]["selector"]["matchLabels"]
+           for i in (a, b)]
+    assert sel[0] != sel[1]
+    # the two renderings apply side by side (hooks aside: Helm runs them on uninstall)
+    docs = [d for i in (a, b) for d in i.docs if not is_hook(d)]
+    out = apply(plane, docs, "test-shards")
+    assert out.count("serverside-applied") == len(docs), out
+    # 1: both lead, on their own Leases
+    mark = plane.audit_mark()
+    pa, pb = a.start(tmp_path), b.start(tmp_path)
+    pa.wait_for(a.leads, 30, "shard a leads")
+    pb.wait_for(b.leads, 30, "shard b leads")
+    for i in (a, b):
+        got = cluster.kube.get_lease(ns, i.lease)["metadata"]["annotations"]
+        assert got[C.LEASE_SELECTOR_ANNOTATION] == i.selector
+    assert cluster.kube.get_lease(ns, C.LEASE_NAME) is None  # nobody on the contract's Lease
+    with SimulatedHelmController(cluster, ns):
+        stuck_release(cluster, ns, "alpha", labels={KEY: a_key})
+        stuck_release(cluster, ns, "bravo", labels={KEY: b_key})
+        pa.wait_for(lambda: recovered(cluster, ns, "alpha"), 60, "alpha recovered")
+        pb.wait_for(lambda: recovered(cluster, ns, "bravo"), 60, "bravo recovered")
+        pa.wait_for(lambda: pa.idle() and pb.idle(), 30, "both idle")
+    mine = {i.name: plane.audit_events(mark, user=i.user) for i in (a, b)}
+    assert about(mine[a.name], ns, "alpha") and about(mine[b.name], ns, "bravo")
+    assert about(mine[a.name], ns, "bravo") == []   # never read for a decision nor written
+    assert about(mine[b.name], ns, "alpha") == []
+    # ... nor counted: one recovery each, and no log line about the other's release
+    for proc, own, other in ((pa, "alpha", "bravo"), (pb, "bravo", "alpha")):
+        text = proc._get(proc.metrics, "/metrics")[1]
+        assert 'flux_plunger_recoveries_total{result="recovered"} 1.0' in text, text
+        assert f"{ns}/{own}" in log_releases(proc.text())
+        assert f"{ns}/{other}" not in log_releases(proc.text())
+
+
+# -- 2 + 4: an install's uninstall hook leaves another shard's recovery alone ---------------
+
+@pytest.mark.parametrize("uninstalled", ["shard", "main"])
+def test_an_installs_uninstall_hook_leaves_another_shards_recovery_in_flight_alone(
+        plane, cluster, ns, installs, tmp_path, uninstalled):
+    a_key, b_key = unique("a"), unique("b")
+    b = installs(f"flux-plunger-{b_key}", f'shard="{b_key}"')
+    if uninstalled == "shard":
+        gone = installs(f"flux-plunger-{a_key}", f'shard="{a_key}"')
+        own_labels = {KEY: a_key}
+    else:  # the unsharded main install, next to the shards
+        gone = installs("flux-plunger", f'selector="!{KEY}"')
+        own_labels = {}
+        assert gone.lease == C.LEASE_NAME  # the contract's Lease stays the main install's
+    assert f"--selector={gone.selector}" in gone.hook_args
+    pb = b.start(tmp_path, "--handshake-timeout=120s")
+    pb.wait_for(b.leads, 30, "shard b leads")
+    # shard b acquires and waits for helm-controller's acknowledgement (held back: no
+    # helm-controller runs yet)
+    stuck_release(cluster, ns, "bravo", labels={KEY: b_key})
+    pb.wait_for(lambda: held_by_us(cluster, ns, "bravo"), 30, "shard b holds bravo")
+    # what the uninstalled install itself left behind (a crash's hold): its hook releases it
+    cluster.create_hr(ns, "own-left", labels=own_labels)
+    hold(cluster, ns, "own-left")
+    before = cluster.get(ns, "bravo")
+    # the hook Job's command exactly as rendered — on this namespace instead of every one
+    # (other tests' releases are not this test's to release; bravo is in this namespace,
+    # so only the selector keeps the hook off it)
+    args = ["--namespace=" + ns if a == "--all-namespaces" else a for a in gone.hook_args]
+    assert args != gone.hook_args
+    r = run_cli(*args, kubeconfig=plane.kubeconfig)
+    assert r.code == 0, r
+    assert "released 1 of 1 fenced HelmReleases" in r.out, r
+    assert "own-left" in r.out + r.err and "bravo" not in r.out + r.err, r
+    assert C.FENCE not in cluster.get(ns, "own-left")["metadata"]["finalizers"]
+    # shard b's suspension and fence untouched: not a single write since it took them
+    after = cluster.get(ns, "bravo")
+    assert held_by_us(cluster, ns, "bravo")
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert "sh.helm.release.v1.bravo.v2" in cluster.secret_names(ns, "bravo")
+    # and shard b finishes the recovery once helm-controller answers
+    with SimulatedHelmController(cluster, ns):
+        pb.wait_for(lambda: recovered(cluster, ns, "bravo"), 60, "shard b recovered bravo")
+
+
+def test_the_main_install_never_touches_a_sharded_release(plane, cluster, ns, installs,
+                                                          tmp_path):
+    key = unique("s")
+    main = installs("flux-plunger", f'selector="!{KEY}"')
+    assert main.selector == f"!{KEY}" and main.lease == C.LEASE_NAME
+    mark = plane.audit_mark()
+    pm = main.start(tmp_path, "-n", ns)
+    pm.wait_for(main.leads, 30, "the main install leads")
+    with SimulatedHelmController(cluster, ns):
+        stuck_release(cluster, ns, "sharded", labels={KEY: key})
+        stuck_release(cluster, ns, "plain")
+        pm.wait_for(lambda: recovered(cluster, ns, "plain"), 60, "the unsharded one recovered")
+        # a resync LIST would pick the sharded one up if the selector let it through
+        pm.wait_for(pm.idle, 30, "idle")
+    assert untouched(cluster, ns, "sharded")
+    mine = plane.audit_events(mark, user=main.user)
+    assert about(mine, ns, "plain")
+    assert about(mine, ns, "sharded") == []
+
+
+# -- 5: the one-shot verbs and a shard's running controller --------------------------------
+
+def test_one_shot_verbs_refuse_while_the_named_shards_controller_leads(plane, cluster, ns,
+                                                                        installs, tmp_path):
+    key = unique("b")
+    b = installs(f"flux-plunger-{key}", f'shard="{key}"')
+    pb = b.start(tmp_path, "--handshake-timeout=120s")
+    pb.wait_for(b.leads, 30, "shard b leads")
+    stuck_release(cluster, ns, "bravo", labels={KEY: key})
+    pb.wait_for(lambda: held_by_us(cluster, ns, "bravo"), 30, "shard b holds bravo")
+    kc = plane.kubeconfig
+    sel = ("-n", ns, "-l", f"{KEY}={key}", "--lease-namespace", ns)
+    for verb in ("recover", "resume-owned"):
+        for flag in ("--lease-name", "--leader-election-id"):
+            r = run_cli(verb, *sel, flag, b.lease, kubeconfig=kc)
+            assert r.code == 1, r
+            assert f"holds Lease {ns}/{b.lease} (running" in r.err, r
+            assert f"(watching -l '{KEY}={key}')" in r.err, r
+    assert held_by_us(cluster, ns, "bravo")
+    # status: which controller covers the release, and the shard's controller line
+    st = run_cli("status", "-n", ns, "--lease-namespace", ns, "-o", "wide", kubeconfig=kc)
+    assert st.code == 0, st
+    assert "Controller: flux-plunger controller " in st.err and f"Lease {ns}/{b.lease}" in st.err
+    (line,) = [ln for ln in st.out.splitlines() if ln.startswith("bravo ")]
+    assert " recovering " in line and f" {b.lease} " in line, st.out
+    doc = json.loads(run_cli("status", "-n", ns, "--lease-namespace", ns, "-o", "json",
+                             kubeconfig=kc).out)
+    (item,) = [i for i in doc["items"] if i["metadata"]["name"] == "bravo"]
+    assert item["controller"] == b.lease and item["state"] == "recovering"
+    # --force acts anyway: the operator lifts the shard's in-flight suspension (shard b then
+    # defers its recovery, storage intact, and takes the release up again later)
+    r = run_cli("resume-owned", *sel, "--lease-name", b.lease, "--force", kubeconfig=kc)
+    assert r.code == 0, r
+    assert "bravo relinquished" in r.out and "lifted 1 flux-plunger suspensions" in r.out, r
+    assert "sh.helm.release.v1.bravo.v2" in cluster.secret_names(ns, "bravo")
+
+
+def test_the_kustomize_shard_overlay_sits_next_to_the_base(plane):
+    """controller/kustomize-shard (one per shard, next to the base): every name its own, its
+    pods told apart by the instance label, its selector and Lease; both apply side by side."""
+    import subprocess
+
+    from .test_deploy_manifests import KUSTOMIZE_DIR, render_kustomize
+
+    base = render_kustomize()
+    proc = subprocess.run(["kubectl", "kustomize", str(KUSTOMIZE_DIR.parent / "kustomize-shard")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    import yaml
+    shard = [d for d in yaml.safe_load_all(proc.stdout) if d]
+    names = [{(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]) for d in docs}
+             for docs in (base, shard)]
+    assert not names[0] & names[1], names[0] & names[1]
+    assert "Namespace" not in {d["kind"] for d in shard}   # the base's namespace is shared
+    dep = find(shard, "Deployment", "flux-plunger-shard1")
+    args = container_args(dep)
+    assert args[-2:] == [f"--selector={KEY}=shard1",
+                         "--leader-election-id=flux-plunger-shard1.flux-plunger.cozystack.io"]
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "flux-plunger-shard1"
+    assert dep["spec"]["selector"] != find(base, "Deployment", "flux-plunger")["spec"]["selector"]
+    crb = find(shard, "ClusterRoleBinding", "flux-plunger-shard1")
+    assert crb["roleRef"]["name"] == "flux-plunger-shard1"
+    assert crb["subjects"][0]["name"] == "flux-plunger-shard1"
+    out = apply(plane, base + shard, "test-kustomize-shard")
+    assert out.count("serverside-applied") == len(base) + len(shard), out
+
+
+# -- a release relabelled into another shard between the LIST and the fresh read ----------
+
+@pytest.mark.parametrize("verb", ["recover", "resume-owned"])
+def test_a_release_relabelled_out_of_the_selection_after_the_list_is_left_alone(
+        plane, cluster, ns, monkeypatch, capsys, verb):
+    """The LIST selects it (shard a's label); before the fresh read that decides, it moves to
+    shard b.  The verb, run in this process so the relabel lands exactly there, decides
+    nothing on it and writes nothing: the check of the fresh read against -l."""
+    from kubectl_flux_plunger import kube as kube_mod
+    from kubectl_flux_plunger.cli import main
+
+    a_key, b_key = unique("a"), unique("b")
+    stuck_release(cluster, ns, "moving", labels={KEY: a_key})
+    if verb == "resume-owned":
+        hold(cluster, ns, "moving")   # as a crash of shard a's recovery leaves it ...
+    before = cluster.get(ns, "moving")
+    moved: list[str] = []
+    real_init = kube_mod.Kube.__init__
+
+    def init(self, *a, **kw):
+        real_init(self, *a, **kw)
+
+        def before_request(method, path):
+            # the fresh read after the LIST (a watch-list or a GET of the release)
+            if "/helmreleases" in path and method != "LIST" and not moved:
+                moved.append(f"{method} {path}")   # ... and shard b takes it over
+                cluster.merge(ns, "moving", {"metadata": {"labels": {KEY: b_key}}})
+        self.before_request = before_request
+    monkeypatch.setattr(kube_mod.Kube, "__init__", init)
+    monkeypatch.setattr("sys.argv", ["kubectl-flux_plunger"])
+    code = main([verb, "-n", ns, "-l", f"{KEY}={a_key}", "--lease-namespace", ns,
+                 "--kubeconfig", str(plane.kubeconfig)])
+    out = capsys.readouterr().out
+    assert moved, "the relabel never landed"
+    assert code == 0, out
+    assert f"moving unchanged: not selected by -l '{KEY}={a_key}'" in out, out
+    after = cluster.get(ns, "moving")
+    # nothing written since the relabel: the same spec, finalizers and annotations
+    assert after["metadata"]["labels"][KEY] == b_key
+    for field in ("finalizers", "annotations"):
+        assert after["metadata"].get(field) == before["metadata"].get(field), field
+    assert after["spec"] == before["spec"]
+    assert "sh.helm.release.v1.moving.v2" in cluster.secret_names(ns, "moving")
