@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from .. import plan
-from ..detect import is_fenced
+from ..detect import is_fenced, is_terminating, parse_timestamp
 from ..kube import KubeError
 from ..objects import Obj
 from .logs import fields
@@ -73,6 +73,14 @@ class Keys(Protocol):
     def caught_up(self, resource_version: str, *, relisted: bool = False) -> None: ...
 
 
+def _held_since(hr: Obj) -> float | None:
+    """When a fenced release began terminating (epoch seconds): its delete is held."""
+    if not is_terminating(hr):
+        return None
+    when = parse_timestamp((hr.get("metadata") or {}).get("deletionTimestamp"))
+    return when.timestamp() if when is not None else time.time()
+
+
 class Watcher:
     def __init__(
         self,
@@ -95,12 +103,22 @@ class Watcher:
         self.synced = threading.Event()
         self._fenced: set[str] = set()
         self._owned: set[str] = set()  # suspended, spec.suspend owned by flux-plunger
+        # fenced and terminating: key -> its deletionTimestamp (epoch seconds)
+        self._held: dict[str, float] = {}
         self._lock = threading.Lock()
         self.resource_version = ""
 
     def fences_held(self) -> int:
         with self._lock:
             return len(self._fenced)
+
+    def oldest_held_delete(self, now: float | None = None) -> float:
+        """Seconds the oldest delete held by our fence has waited (as last seen), else 0."""
+        with self._lock:
+            since = min(self._held.values(), default=None)
+        if since is None:
+            return 0.0
+        return max(0.0, (time.time() if now is None else now) - since)
 
     def held_keys(self) -> set[str]:
         """The keys last seen fenced or suspended by us (``plan.holds_ours``): where the drain
@@ -126,6 +144,11 @@ class Watcher:
                 self._owned.add(key)
             else:
                 self._owned.discard(key)
+            since = _held_since(hr) if fenced else None
+            if since is not None:
+                self._held[key] = since
+            else:
+                self._held.pop(key, None)
         if not deleted and plan.wanted_on_change(hr):
             self.queue.add(key, (hr.get("metadata") or {}).get("resourceVersion") or None)
 
@@ -135,6 +158,7 @@ class Watcher:
         """A fresh LIST, page by page; enqueue what the predicate selects.  Returns its rv."""
         fenced: set[str] = set()
         owned: set[str] = set()
+        held: dict[str, float] = {}
         rv, count, queued = "", 0, 0
         for items, page_rv in self.kube.iter_hr_pages(
             self.namespace, self.selector, self.page_size
@@ -144,6 +168,9 @@ class Watcher:
                 count += 1
                 if is_fenced(hr):
                     fenced.add(key_of(hr))
+                    since = _held_since(hr)
+                    if since is not None:
+                        held[key_of(hr)] = since
                 if plan.suspended_by_us(hr):
                     owned.add(key_of(hr))
                 if plan.predicate(hr):  # the catch-all: the whole predicate, unconditionally
@@ -151,7 +178,7 @@ class Watcher:
                     self.queue.add(key_of(hr))
             del items
         with self._lock:
-            self._fenced, self._owned = fenced, owned
+            self._fenced, self._owned, self._held = fenced, owned, held
         if rv:
             self.queue.caught_up(rv, relisted=True)
         if self.metrics is not None:
