@@ -270,3 +270,12 @@ def test_a_real_post_reaches_a_loopback_server() -> None:
     path, ctype, body = got[0]
     assert path == "/" and ctype == "application/json"
     assert body["involvedObject"]["name"] == "web" and n.stats == {"sent": 1}
+
+
+@pytest.mark.parametrize("verb", ["serve", "recover", "resume-owned", "release-fence"])
+def test_a_bad_events_addr_is_a_usage_error(verb: str, capsys: pytest.CaptureFixture) -> None:
+    from kubectl_flux_plunger.cli import main
+
+    assert main([verb, "--events-addr", "ftp://nc/"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "'ftp://nc/' is not an http:// or https:// URL" in err
