@@ -219,6 +219,7 @@ class Notifier:
         self.on_result = on_result
         self.folder = Folder()
         self.stats: Counter[str] = Counter()
+        self._stats_lock = threading.Lock()
         self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue(max_queued)
         self._pending = 0
         self._idle = threading.Condition()
@@ -326,7 +327,8 @@ class Notifier:
         return UNREACHABLE
 
     def _count(self, result: str) -> None:
-        self.stats[result] += 1
+        with self._stats_lock:  # counted from the callers' threads and the sender's
+            self.stats[result] += 1
         if self.on_result is not None:
             self.on_result(result)
 
