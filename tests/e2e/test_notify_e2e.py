@@ -14,8 +14,10 @@ notification-controller's own duplicate filter is turned off (``--rate-limit-int
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
+import yaml
 
 from testplane import binaries
 from testplane.binaries import BuildError
@@ -144,3 +146,52 @@ def test_notification_controller_stopped_recoveries_go_on_with_one_warning(
     warnings = _warnings(s.logs())
     assert len(warnings) == 1, warnings
     assert f"cannot post Flux events to {address}" in warnings[0]
+
+
+def _documented_route() -> list[dict]:
+    """The Provider + Alert docs/INSTALL.md shows."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "INSTALL.md").read_text()
+    section = text.split("### Flux notifications (Alert + Provider)", 1)[1]
+    block = section.split("```yaml", 1)[1].split("```", 1)[0]
+    return [d for d in yaml.safe_load_all(block) if d]
+
+
+def test_the_documented_alert_routes_flux_plungers_events_only(nc, receiver, cluster, ns):
+    """The INSTALL.md Provider + Alert, applied as shown (address and namespace changed):
+    the real notification-controller accepts them and passes the recovery, failure, held
+    fence and unsuspend-failure events; its inclusionList keeps helm-controller's out."""
+    from kubectl_flux_plunger import plan
+    from kubectl_flux_plunger.kube import APPLY_PATCH
+
+    docs = _documented_route()
+    assert [d["kind"] for d in docs] == ["Provider", "Alert"]
+    for doc in docs:
+        doc["metadata"]["namespace"] = ns
+        if doc["kind"] == "Provider":
+            doc["spec"]["address"] = receiver.url
+        plural = doc["kind"].lower() + "s"
+        cluster.kube.request("APPLY", "PATCH", f"/apis/{doc['apiVersion']}/namespaces/{ns}/"
+                             f"{plural}/{doc['metadata']['name']}", body=doc,
+                             content_type=APPLY_PATCH, query={"fieldManager": "test"})
+    pattern = re.compile(docs[1]["spec"]["inclusionList"][0])
+    assert not pattern.search("Helm upgrade succeeded for release apps/web.v3 with chart demo")
+    wanted = {plan.RECOVERED.message + ": revision 3, Secret apps/sh.helm.release.v1.web.v3",
+              plan.RECOVERY_FAILED.message, plan.UNINSTALL_FENCE_HELD.message,
+              plan.UNSUSPEND_FAILED.message}
+    hr = {"metadata": {"name": "web", "namespace": ns, "uid": "u-1"}, "spec": {}}
+    from kubectl_flux_plunger.notify import Notifier
+    notifier = Notifier(nc.address, instance="test")
+
+    def arrived() -> bool:
+        got = {b["message"] for b in receiver.received()}
+        if wanted <= got:
+            return True
+        for i, message in enumerate(sorted(wanted - got)):
+            # posted again until notification-controller's cache holds the Alert
+            notifier.folder = type(notifier.folder)()
+            notifier.notify(hr, f"Probe{i}", "Warning", message)
+        notifier.flush(5)
+        return False
+    eventually(arrived, 60, "the four kinds of flux-plunger events at the receiver")
+    notifier.close()
+    assert all(pattern.search(m) for m in wanted)
