@@ -85,7 +85,10 @@ class Recorder:
         if not self.enabled or not hr:
             return
         if self.notifier is not None:
-            self.notifier.notify(hr, reason, type_, message, metadata)
+            try:
+                self.notifier.notify(hr, reason, type_, message, metadata)
+            except Exception:  # a notification never fails what it reports
+                log.exception("could not queue a Flux notification for %s", reason)
         try:
             self._record(hr, reason, type_, message)
         except KubeError as exc:

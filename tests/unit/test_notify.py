@@ -279,3 +279,14 @@ def test_a_bad_events_addr_is_a_usage_error(verb: str, capsys: pytest.CaptureFix
     assert main([verb, "--events-addr", "ftp://nc/"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "'ftp://nc/' is not an http:// or https:// URL" in err
+
+
+def test_a_broken_notifier_never_fails_the_recorder(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken:
+        def notify(self, *args: object) -> None:
+            raise RuntimeError("bug")
+
+    store = _NoEvents()
+    Recorder(store, notifier=Broken()).record(RELEASE, "Recovered", "Normal", "m")
+    assert store.creates == 1
+    assert any("could not queue a Flux notification" in r.getMessage() for r in caplog.records)
