@@ -4,9 +4,11 @@ exports at /metrics under that name; the chart's notifications value becomes ser
 --events-addr (and nothing when off)."""
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.kube import JSON
 from tests.apiserver.conftest import hold
 from tests.apiserver.test_deploy_manifests import find, helm, render_chart  # noqa: F401
 from tests.apiserver.test_serve_support import FAST, serve  # noqa: F401 - fixture
@@ -64,17 +66,27 @@ def test_every_metric_the_alert_rules_name_is_served(helm, serve, cluster, ns): 
     named = {name: r["alert"] for r in rules for name in metric_names(r["expr"])}
     assert len(named) >= 4, named
 
-    # a delete held by the fence (no helm-controller here: the uninstall is never reached)
+    # a delete held by the fence, seen by a follower (another identity holds the Lease for
+    # an hour): nothing acts on it, whatever else runs in this session (a real
+    # helm-controller would let a leader lift the fence at once)
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    cluster.kube.request("CREATE", "POST", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+                         content_type=JSON, body={
+                             "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                             "metadata": {"name": C.LEASE_NAME, "namespace": ns},
+                             "spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 3600,
+                                      "acquireTime": now, "renewTime": now}})
     cluster.create_hr(ns, "held", finalizers=[])
     hold(cluster, ns, "held", suspend=False)
     cluster.delete_hr(ns, "held")
     try:
-        s = serve("-n", ns, "--no-leader-elect", *FAST)
+        s = serve("-n", ns, "--leader-elect", "--leader-election-namespace", ns, *FAST)
         eventually(s.ready, 30, "serve /readyz")
         served = served_names(s.metrics())
         missing = {name: alert for name, alert in named.items() if name not in served}
         assert not missing, f"named by the rules but not at /metrics: {missing}"
         assert s.metric("flux_plunger_ready") == 1.0
+        assert s.metric("flux_plunger_leader") == 0.0
         eventually(lambda: (s.metric("flux_plunger_fence_held_delete_seconds") or 0) >= 1, 20,
                    "the held delete's age at /metrics")
         assert s.metric("flux_plunger_fences_held") == 1.0
