@@ -2,8 +2,10 @@
 
     .venv/bin/python bench/serve_first_bench.py [--releases 10000] [--runs 3]
         [--plane-dir DIR]     # keep etcd's data there: a second run reuses the releases
-        [--serve-python PY]   # run serve from another interpreter/tree (before/after)
+        [--serve-python PY]   # run serve from another interpreter/tree
         [--serve-root DIR]
+        [--before-root DIR]   # also run serve from DIR (e.g. the tree before a change),
+                              # alternating with --serve-root run by run, on the same plane
 
 1. starts kube-apiserver + etcd (testplane).  With ``--plane-dir`` the etcd data directory is
    kept, so the releases seeded once (the slow part at 50,000) are there on the next run;
@@ -16,8 +18,11 @@
 3. starts ``serve`` (leader election on, all namespaces; killed after the run, its Lease
    deleted) and reports, from the moment the
    process is started: the first-page release's Secret deleted, the last-page release's
-   Secret deleted, ``/readyz`` answering 200 (the initial LIST done), and serve's RSS
-   (VmRSS) and peak RSS (VmHWM) once the LIST is done and the recoveries are over.
+   Secret deleted, ``/readyz`` answering 200 (the initial sync done: a paged LIST, or the
+   initial events of a watch-list), and serve's RSS (VmRSS) and peak RSS (VmHWM) once the
+   sync is done and the recoveries are over;
+4. with ``--before-root``, each run is a pair — the tree at ``--before-root`` first, then
+   ``--serve-root`` — and the medians of both and their ratios (after / before) are printed.
 
 A benchmark, not a test: it asserts nothing.
 """
@@ -247,6 +252,7 @@ def main() -> int:
     ap.add_argument("--plane-dir", type=Path, default=None)
     ap.add_argument("--serve-python", default=sys.executable)
     ap.add_argument("--serve-root", type=Path, default=ROOT)
+    ap.add_argument("--before-root", type=Path, default=None)
     a = ap.parse_args()
 
     workdir = a.plane_dir or Path(tempfile.mkdtemp(prefix="serve-first-"))
@@ -263,21 +269,37 @@ def main() -> int:
         t = time.monotonic()
         count = sum(len(items) for items, _ in kube.iter_hr_pages(None, None, 500))
         print(f"warm-up LIST of {count} HelmReleases: {time.monotonic() - t:.1f}s", flush=True)
-        results = []
+        variants = [("after", a.serve_root)]
+        if a.before_root is not None:
+            variants.insert(0, ("before", a.before_root))
+        results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
         for i in range(a.runs):
-            r = one_run(plane, cluster, a.serve_python, a.serve_root, workdir / f"serve-{i}.log")
-            results.append(r)
-            print(f"run {i + 1}: first-page release recovered {r.get('first', float('nan')):.2f}s, "
-                  f"last-page release {r.get('last', float('nan')):.2f}s, ready "
-                  f"{r.get('ready', float('nan')):.2f}s after start; RSS {r['rss']:.1f} MiB "
-                  f"(peak {r['hwm']:.1f} MiB)", flush=True)
+            for name, root in variants:     # alternating, on one plane
+                log = workdir / f"serve-{name}-{i}.log"
+                r = one_run(plane, cluster, a.serve_python, root, log)
+                r["via_watch_list"] = float('"via":"watch-list"' in log.read_text()
+                                            or "via=watch-list" in log.read_text())
+                results[name].append(r)
+                print(f"run {i + 1} {name} ({root}): first-page release recovered "
+                      f"{r.get('first', float('nan')):.2f}s, last-page release "
+                      f"{r.get('last', float('nan')):.2f}s, ready "
+                      f"{r.get('ready', float('nan')):.2f}s after start; RSS {r['rss']:.1f} MiB "
+                      f"(peak {r['hwm']:.1f} MiB); synced by "
+                      f"{'watch-list' if r['via_watch_list'] else 'LIST'}; load average "
+                      f"{os.getloadavg()[0]:.2f}", flush=True)
 
-        def med(k: str) -> float:
-            return statistics.median(r.get(k, float("nan")) for r in results)
-        print(f"median of {a.runs} with {a.releases} HelmReleases: first recovery "
-              f"{med('first'):.2f}s, last-page recovery {med('last'):.2f}s, ready "
-              f"{med('ready'):.2f}s, RSS {med('rss'):.1f} MiB, peak {med('hwm'):.1f} MiB; "
-              f"load average {os.getloadavg()[0]:.2f}", flush=True)
+        def med(name: str, k: str) -> float:
+            return statistics.median(r.get(k, float("nan")) for r in results[name])
+        for name, _ in variants:
+            print(f"median of {a.runs} {name} with {a.releases} HelmReleases: first recovery "
+                  f"{med(name, 'first'):.2f}s, last-page recovery {med(name, 'last'):.2f}s, "
+                  f"ready {med(name, 'ready'):.2f}s, RSS {med(name, 'rss'):.1f} MiB, peak "
+                  f"{med(name, 'hwm'):.1f} MiB", flush=True)
+        if a.before_root is not None:
+            print("after / before (medians): " + ", ".join(
+                f"{k} {med('after', k) / med('before', k):.2f}x"
+                for k in ("first", "last", "ready", "rss", "hwm")), flush=True)
+        print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
     finally:
         kube.close()
         plane.stop()

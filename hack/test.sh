@@ -40,6 +40,19 @@ PYTHONPATH=".venv/click-$click_lowest" .venv/bin/python -m pytest -q -p no:cache
   tests/unit/test_cli.py tests/unit/test_cover_cli.py tests/cli/test_completion.py
 
 PY=.venv/bin/python
+# The work tree stays clean (issue 24): whatever the suite leaves in the checkout (a tool
+# started without HOME writes its cache into the working directory) fails the run.
+tree_status() { git status --porcelain --untracked-files=all 2>/dev/null | sort; }
+tree_before=$(tree_status)
+tree_check() {
+  local left
+  left=$(comm -13 <(printf '%s\n' "$tree_before") <(tree_status) | sed '/^$/d')
+  if [ -n "$left" ]; then
+    printf '%s\n' "$left" | head -20 >&2
+    echo "error: the test suite left $(printf '%s\n' "$left" | wc -l) new entries in the work tree (git status --porcelain above)" >&2
+    return 1
+  fi
+}
 no_tests() {
   echo "error: pytest collected no tests${1:+ for the $1 tier}; that is a broken suite, not a pass" >&2
   exit 1
@@ -51,6 +64,7 @@ if [ "$#" -gt 0 ]; then
   rc=$?
   set -e
   [ "$rc" -eq 5 ] && no_tests
+  tree_check || exit 1
   exit "$rc"
 fi
 
@@ -100,6 +114,8 @@ if ! report "$data/all" --fail-under="$TOTAL_FLOOR"; then
   echo "error: every tier together covers less than the ${TOTAL_FLOOR}% floor" >&2
   failed+=("total-coverage")
 fi
+
+tree_check || failed+=("clean-tree")
 
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "error: failed: ${failed[*]}" >&2

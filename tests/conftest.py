@@ -5,8 +5,10 @@ only the kind tier may skip."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,9 +17,54 @@ ROOT = Path(__file__).resolve().parent.parent
 TIERS = ("unit", "cli", "apiserver", "e2e", "kind")
 
 
+def _tree_status() -> set[str] | None:
+    """``git status --porcelain`` of the checkout (untracked files listed one by one), or
+    None outside a git work tree.  Ignored build outputs (.venv, .coverage-data, …) are not
+    in it."""
+    try:
+        proc = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(proc.stdout.splitlines()) if proc.returncode == 0 else None
+
+
+def pytest_sessionstart(session):
+    session.config._tree_before = _tree_status()
+    # kubectl started by any test (or by a tool a test starts) keeps its discovery and HTTP
+    # caches here rather than in ~/.kube/cache, or in ./.kube/cache where HOME is unset
+    if not os.environ.get("KUBECACHEDIR"):
+        cache = tempfile.mkdtemp(prefix="kfp-kubecache-")
+        session.config._kube_cache = cache
+        os.environ["KUBECACHEDIR"] = cache
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The work tree stays clean: a run that leaves a new file (or changes a tracked one)
+    in the checkout fails, whichever test did it (a tool started without HOME writes its
+    cache into the working directory: kubectl's ``.kube/cache``, for one)."""
+    cache = getattr(session.config, "_kube_cache", None)
+    if cache:
+        shutil.rmtree(cache, ignore_errors=True)
+        os.environ.pop("KUBECACHEDIR", None)
+    before = getattr(session.config, "_tree_before", None)
+    after = _tree_status()
+    if before is None or after is None:
+        return
+    new = sorted(after - before)
+    if new:
+        shown = "\n  ".join(new[:20]) + ("\n  …" if len(new) > 20 else "")
+        print(f"\nerror: the test run left {len(new)} new entr{'y' if len(new) == 1 else 'ies'} "
+              f"in the work tree (git status --porcelain):\n  {shown}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        try:
+            parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        except ValueError:          # a test module outside tests/ (the clean-tree check's probe)
+            continue
         if parts and parts[0] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[0]))
 

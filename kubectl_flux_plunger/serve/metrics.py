@@ -119,7 +119,9 @@ def collector(metrics: Metrics) -> Collector:
                 "flux_plunger_errors", "Passes that failed or raised.", value=snap["errors"]
             )
             relists = CounterMetricFamily(
-                "flux_plunger_relists", "Fresh LISTs of HelmReleases by reason.", labels=["reason"]
+                "flux_plunger_relists",
+                "Fresh syncs (watch-list or LIST) of HelmReleases by reason.",
+                labels=["reason"],
             )
             for reason, n in sorted(snap["relists"].items()):
                 relists.add_metric([reason], n)

@@ -1,16 +1,29 @@
-"""List + watch HelmReleases and enqueue the keys the predicate selects (SPEC §8): every
-listed release ``plan.predicate`` selects, and every watch event ``plan.wanted_on_change``
-selects (the predicate less helm-controller's writes that another of its writes follows),
-the watch's with its resourceVersion, so the queue skips changes a pass already judged.
+"""Sync + watch HelmReleases and enqueue the keys the predicate selects (SPEC §8): every
+release the sync reads that ``plan.predicate`` selects, and every watch event
+``plan.wanted_on_change`` selects (the predicate less helm-controller's writes that another
+of its writes follows), the watch's with its resourceVersion, so the queue skips changes a
+pass already judged.
 
-No object cache: a LIST is consumed page by page and only keys are kept (the queue's, the
-set of fenced keys behind the ``fences_held`` gauge, and the set of keys suspended with a
-spec.suspend we own — with the fenced ones, where the shutdown drain starts).  The watch asks
-for bookmarks; a 410 (ERROR event or HTTP status) starts a fresh LIST; any other failure
-(apiserver restarting, network) re-watches from the last resourceVersion after a backoff —
-and a resourceVersion the restarted apiserver no longer has answers 410, which relists.  A
-fresh LIST every ``resync_period`` re-enqueues whatever the predicate selects, catching
-changes no watch event reports (e.g. a Helm storage Secret appearing).
+The sync is one **watch-list** where the server serves them (``Kube.watch_list``): a WATCH
+with ``sendInitialEvents=true`` whose stream starts with every release as an ADDED event
+(served from the apiserver's watch cache, as fresh as a quorum read), ends that with a
+BOOKMARK annotated ``k8s.io/initial-events-end``, and carries on as the watch — the LIST and
+the WATCH are one request.  Each initial event is judged and its key queued the moment it is
+decoded, so a stuck release is recovered while the rest of the stream is still arriving; the
+bookmark marks the sync done (``synced``: ``/readyz``; the held keys replaced; the queue's
+expectations dropped, as after a LIST).  A server that refuses the watch-list (400/422: no
+WatchList) gets the paged LIST instead, from then on (``Kube.watch_list`` is cleared), as
+does one whose watch-lists keep ending before their initial events do.
+
+No object cache: events (or a LIST's pages) are consumed one at a time and only keys are
+kept (the queue's, the set of fenced keys behind the ``fences_held`` gauge, and the set of
+keys suspended with a spec.suspend we own — with the fenced ones, where the shutdown drain
+starts).  The watch asks for bookmarks; a 410 (ERROR event or HTTP status) starts a fresh
+sync; any other failure (apiserver restarting, network) re-watches from the last
+resourceVersion after a backoff — and a resourceVersion the restarted apiserver no longer has
+answers 410, which syncs afresh.  A fresh sync every ``resync_period`` (a new watch-list, or
+a LIST) re-enqueues whatever the predicate selects, catching changes no watch event reports
+(e.g. a Helm storage Secret appearing).
 """
 
 from __future__ import annotations
@@ -23,7 +36,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from .. import plan
 from ..detect import is_fenced, is_terminating, parse_timestamp
-from ..kube import KubeError
+from ..kube import INITIAL_EVENTS_END, KubeError
 from ..objects import Obj
 from .logs import fields
 
@@ -33,11 +46,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WATCH_SECONDS = 300  # server-side timeout of one watch request
-# Items per LIST page.  What a page parses into stays with the process (allocator
-# retention), so the page — not the number of releases — sets the memory a LIST costs:
-# 500-item pages cost ~15 MiB more RSS than 100-item ones; 10,000 releases are 100 requests.
+# Items per LIST page (the fallback sync).  What a page parses into stays with the process
+# (allocator retention), so the page — not the number of releases — sets the memory a LIST
+# costs: 500-item pages cost ~15 MiB more RSS than 100-item ones; 10,000 releases are 100
+# requests.
 PAGE_SIZE = 100
 BACKOFF_BASE, BACKOFF_CAP = 0.5, 30.0
+# Watch-lists in a row that ended before their initial events did (no error, no end
+# bookmark): after this many the server is taken not to serve them, and the LIST is used.
+WATCH_LIST_MISSES = 3
 
 
 def key_of(hr: Obj) -> str:
@@ -46,11 +63,14 @@ def key_of(hr: Obj) -> str:
 
 
 class Expired(Exception):
-    """The watch's resourceVersion is gone (410): relist."""
+    """The watch's resourceVersion is gone (410): sync afresh."""
 
 
 class Source(Protocol):
-    """What the watcher lists and watches through (``kube.Kube``)."""
+    """What the watcher syncs and watches through (``kube.Kube``).  ``watch_list``: the
+    server serves watch-lists (the watcher clears it when the server refuses one)."""
+
+    watch_list: bool
 
     def iter_hr_pages(
         self, namespace: str | None, label_selector: str | None, limit: int
@@ -62,6 +82,8 @@ class Source(Protocol):
         label_selector: str | None,
         resource_version: str,
         timeout_seconds: int = ...,
+        *,
+        send_initial_events: bool = ...,
     ) -> Iterator[Obj]: ...
 
 
@@ -79,6 +101,36 @@ def _held_since(hr: Obj) -> float | None:
         return None
     when = parse_timestamp((hr.get("metadata") or {}).get("deletionTimestamp"))
     return when.timestamp() if when is not None else time.time()
+
+
+class _Sync:
+    """What one sync read so far — a LIST's items or a watch-list's initial events: keys
+    only, every item judged with the whole predicate (the catch-all) as it comes."""
+
+    def __init__(self) -> None:
+        self.fenced: set[str] = set()
+        self.owned: set[str] = set()
+        self.held: dict[str, float] = {}  # fenced and terminating: its deletionTimestamp
+        self.count = self.queued = 0
+
+    def take(self, hr: Obj, queue: Keys) -> None:
+        self.count += 1
+        key = key_of(hr)
+        if is_fenced(hr):
+            self.fenced.add(key)
+            since = _held_since(hr)
+            if since is not None:
+                self.held[key] = since
+        if plan.suspended_by_us(hr):
+            self.owned.add(key)
+        if plan.predicate(hr):  # the catch-all: the whole predicate, unconditionally
+            self.queued += 1
+            queue.add(key)
+
+
+def _initial_events_end(event: Obj) -> bool:
+    md = (event.get("object") or {}).get("metadata") or {}
+    return (md.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true"
 
 
 class Watcher:
@@ -107,6 +159,11 @@ class Watcher:
         self._held: dict[str, float] = {}
         self._lock = threading.Lock()
         self.resource_version = ""
+        # where the next watch resumes; None: sync first (set by a finished sync)
+        self._resume: str | None = None
+        self._resync_at = 0.0
+        self._failures = 0
+        self._misses = 0  # watch-lists in a row that ended before their initial events
 
     def fences_held(self) -> int:
         with self._lock:
@@ -152,33 +209,13 @@ class Watcher:
         if not deleted and plan.wanted_on_change(hr):
             self.queue.add(key, (hr.get("metadata") or {}).get("resourceVersion") or None)
 
-    # -- list ----------------------------------------------------------------------
+    # -- sync ----------------------------------------------------------------------
 
-    def relist(self, reason: str) -> str:
-        """A fresh LIST, page by page; enqueue what the predicate selects.  Returns its rv."""
-        fenced: set[str] = set()
-        owned: set[str] = set()
-        held: dict[str, float] = {}
-        rv, count, queued = "", 0, 0
-        for items, page_rv in self.kube.iter_hr_pages(
-            self.namespace, self.selector, self.page_size
-        ):
-            rv = page_rv or rv
-            for hr in items:
-                count += 1
-                if is_fenced(hr):
-                    fenced.add(key_of(hr))
-                    since = _held_since(hr)
-                    if since is not None:
-                        held[key_of(hr)] = since
-                if plan.suspended_by_us(hr):
-                    owned.add(key_of(hr))
-                if plan.predicate(hr):  # the catch-all: the whole predicate, unconditionally
-                    queued += 1
-                    self.queue.add(key_of(hr))
-            del items
+    def _synced(self, sync: _Sync, rv: str, reason: str, via: str) -> None:
+        """A sync is complete at ``rv``: its keys replace the held ones, the queue's
+        expectations go (a new stream), the watch resumes from ``rv``."""
         with self._lock:
-            self._fenced, self._owned, self._held = fenced, owned, held
+            self._fenced, self._owned, self._held = sync.fenced, sync.owned, sync.held
         if rv:
             self.queue.caught_up(rv, relisted=True)
         if self.metrics is not None:
@@ -186,100 +223,188 @@ class Watcher:
         log.info(
             "listed HelmReleases",
             extra=fields(
-                reason=reason, count=count, queued=queued, fenced=len(fenced), resourceVersion=rv
+                reason=reason,
+                via=via,
+                count=sync.count,
+                queued=sync.queued,
+                fenced=len(sync.fenced),
+                resourceVersion=rv,
             ),
         )
+        self.resource_version = rv
+        self._resume = rv
+        self._resync_at = time.monotonic() + self.resync_period
+        self._failures = 0
+        if not self.synced.is_set():
+            self.synced.set()
+            log.info("HelmRelease list/watch synced")
+
+    def relist(self, reason: str) -> str:
+        """A fresh LIST, page by page; enqueue what the predicate selects.  Returns its rv."""
+        sync = _Sync()
+        rv = ""
+        for items, page_rv in self.kube.iter_hr_pages(
+            self.namespace, self.selector, self.page_size
+        ):
+            rv = page_rv or rv
+            for hr in items:
+                sync.take(hr, self.queue)
+            del items
+        self._synced(sync, rv, reason, "list")
         return rv
+
+    def _watch_list(self, reason: str) -> None:
+        """One watch-list: the sync from its initial events (each queued as it is decoded),
+        done at the initial-events-end bookmark, then the watch on the same stream until
+        the server ends it.  ``_resume`` stays None when the stream ended before the
+        bookmark.  Raises Expired/KubeError; a refusal (400/422: no WatchList on this
+        server) clears ``kube.watch_list`` instead, so the LIST is used."""
+        sync: _Sync | None = _Sync()
+        seconds = max(1, min(self.watch_seconds, int(self.resync_period + 0.999)))
+        expired = None
+        try:
+            for event in self.kube.watch_hrs(
+                self.namespace,
+                self.selector,
+                "",
+                timeout_seconds=seconds,
+                send_initial_events=True,
+            ):
+                kind = event.get("type")
+                if sync is None or kind == "ERROR":
+                    expired = self._event(event) or expired
+                elif kind in ("ADDED", "MODIFIED"):
+                    sync.take(event.get("object") or {}, self.queue)
+                elif kind == "BOOKMARK" and _initial_events_end(event):
+                    md = (event.get("object") or {}).get("metadata") or {}
+                    self._misses = 0
+                    self._synced(sync, md.get("resourceVersion") or "", reason, "watch-list")
+                    sync = None
+                # any other bookmark before the end moves nothing: the sync is not done
+        except KubeError as exc:
+            if sync is not None and exc.status in (400, 422):
+                self._no_watch_lists(str(exc))
+                return
+            raise
+        if expired:
+            raise Expired(expired)
+        if sync is None:
+            self._resume = self.resource_version  # the watch resumes after its last event
+            return
+        self._misses += 1  # ended cleanly without the bookmark
+        if self._misses >= WATCH_LIST_MISSES:
+            self._no_watch_lists(
+                f"{self._misses} watch-lists in a row ended before their initial events"
+            )
+
+    def _no_watch_lists(self, why: str) -> None:
+        self.kube.watch_list = False
+        log.info("the server does not serve watch-lists (%s): listing HelmReleases instead", why)
 
     # -- watch ---------------------------------------------------------------------
 
+    def _event(self, event: Obj) -> str | None:
+        """One event of a running watch.  Returns the message of a 410 ERROR event (the
+        server closes the stream after it: let it end cleanly, then sync afresh); raises
+        KubeError for any other ERROR event."""
+        kind = event.get("type")
+        obj = event.get("object") or {}
+        if kind == "ERROR":
+            code = obj.get("code")
+            if code == 410:
+                return str(obj.get("message") or "resource version too old")
+            raise KubeError(
+                int(code or 0),
+                obj.get("reason") or "Error",
+                obj.get("message") or "watch error event",
+                obj,
+            )
+        new_rv = (obj.get("metadata") or {}).get("resourceVersion")
+        if new_rv:
+            self.resource_version = new_rv
+        if kind in ("ADDED", "MODIFIED"):
+            self._seen(obj)
+        elif kind == "DELETED":
+            self._seen(obj, deleted=True)
+        # BOOKMARK: only the resourceVersion moves
+        if new_rv:
+            self.queue.caught_up(new_rv)
+        return None
+
     def _watch_once(self, rv: str, seconds: int) -> str:
         """One watch request from ``rv``; returns the newest rv seen. Raises Expired/KubeError."""
+        self.resource_version = rv
         expired = None
         for event in self.kube.watch_hrs(
             self.namespace, self.selector, rv, timeout_seconds=seconds
         ):
-            kind = event.get("type")
-            obj = event.get("object") or {}
-            if kind == "ERROR":
-                code = obj.get("code")
-                if code == 410:
-                    expired = obj.get("message") or "resource version too old"
-                    continue  # the server closes the stream after it; let it end cleanly
-                raise KubeError(
-                    int(code or 0),
-                    obj.get("reason") or "Error",
-                    obj.get("message") or "watch error event",
-                    obj,
-                )
-            new_rv = (obj.get("metadata") or {}).get("resourceVersion")
-            if new_rv:
-                rv = new_rv
-                self.resource_version = rv
-            if kind in ("ADDED", "MODIFIED"):
-                self._seen(obj)
-            elif kind == "DELETED":
-                self._seen(obj, deleted=True)
-            # BOOKMARK: only the resourceVersion moves
-            if new_rv:
-                self.queue.caught_up(new_rv)
+            expired = self._event(event) or expired
         if expired:
             raise Expired(expired)
-        return rv
+        return self.resource_version
+
+    def _backoff(self) -> float:
+        delay = min(BACKOFF_CAP, BACKOFF_BASE * float(2 ** min(self._failures, 10)))
+        self._failures += 1
+        return delay
 
     def run(self, stop: threading.Event) -> None:
-        failures = 0
+        self._failures = 0
+        self._resume = None
         reason = "initial"
-        rv = None
         while not stop.is_set():
             try:
-                if rv is None:
-                    rv = self.relist(reason)
-                    self.resource_version = rv
-                    resync_at = time.monotonic() + self.resync_period
-                    if not self.synced.is_set():
-                        self.synced.set()
-                        log.info("HelmRelease list/watch synced")
-                    failures = 0
-                remaining = resync_at - time.monotonic()
+                resume = self._resume
+                if resume is None:
+                    if self.kube.watch_list:
+                        self._watch_list(reason)  # the sync, then the watch on its stream
+                        if self._resume is None and self.kube.watch_list:
+                            delay = self._backoff()
+                            log.warning(
+                                "watch-list ended before its initial events; retrying in %.1fs",
+                                delay,
+                                extra=fields(attempt=self._failures),
+                            )
+                            stop.wait(delay)
+                        continue
+                    resume = self.relist(reason)
+                remaining = self._resync_at - time.monotonic()
                 if remaining <= 0:
-                    rv, reason = None, "resync"
+                    self._resume, reason = None, "resync"
                     continue
                 seconds = max(1, min(self.watch_seconds, int(remaining + 0.999)))
-                rv = self._watch_once(rv, seconds)
-                failures = 0
+                self._resume = self._watch_once(resume, seconds)
+                self._failures = 0
             except Expired as exc:
                 log.info(
                     "watch: resource version expired (410); relisting",
                     extra=fields(detail=str(exc)),
                 )
-                rv, reason = None, "expired"
+                self._resume, reason = None, "expired"
             except KubeError as exc:
                 if exc.gone:
                     log.info(
                         "watch: resource version expired (410); relisting",
                         extra=fields(detail=str(exc)),
                     )
-                    rv, reason = None, "expired"
+                    self._resume, reason = None, "expired"
                     continue
-                if rv is None:
+                if self._resume is None:
                     reason = "error"
                 else:  # resume after the last event seen, not the last completed request
-                    rv = self.resource_version or rv
-                delay = min(BACKOFF_CAP, BACKOFF_BASE * (2 ** min(failures, 10)))
-                failures += 1
+                    self._resume = self.resource_version or self._resume
+                delay = self._backoff()
                 log.warning(
                     "watch: %s; retrying in %.1fs",
                     exc,
                     delay,
-                    extra=fields(status=exc.status, attempt=failures),
+                    extra=fields(status=exc.status, attempt=self._failures),
                 )
                 if self.metrics is not None:
                     self.metrics.error()
                 stop.wait(delay)
             except Exception:  # never let the watch thread die (logged with the traceback)
-                delay = min(BACKOFF_CAP, BACKOFF_BASE * (2 ** min(failures, 10)))
-                failures += 1
+                delay = self._backoff()
                 log.exception("watch: unexpected failure; relisting in %.1fs", delay)
-                rv, reason = None, "error"
+                self._resume, reason = None, "error"
                 stop.wait(delay)

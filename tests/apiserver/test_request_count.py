@@ -239,3 +239,58 @@ def test_serve_as_a_process_recovers_in_seven_requests(plane, cluster, ns, tmp_p
     finally:
         hc_kube.close()
     assert about == SEVEN, about
+
+
+def _serve_sync(plane, tmp_path, ns: str) -> tuple[list[tuple[str, int]], list[dict], str]:
+    """A real ``serve -n NS`` (no leader election) syncs and is killed (SIGKILL: no drain,
+    whose confirming LIST would be counted); returns (verb, status) of every HelmRelease
+    request it sent, by arrival, the audit events themselves, and its log."""
+    from .test_serve_support import Serve
+
+    admin = plane.kube()
+    for name in ("a", "b", "c"):
+        Cluster(admin).create_hr(ns, name)
+    admin.close()
+    mark = plane.audit_mark()
+    s = Serve(plane, tmp_path, "serve", ("-n", ns, "--no-leader-elect"))
+    try:
+        wait_for(s.ready, 60, "serve ready (its sync done)")
+    finally:
+        s.stop()
+    # a WATCH is logged when it ends: here when the killed process's connection closes
+
+    def hr_events() -> list[dict]:
+        return [ev for ev in plane.audit_events(since=mark, user_agent=UA)
+                if (ev.get("objectRef") or {}).get("resource") == "helmreleases"
+                and ev["objectRef"].get("namespace") == ns]
+    wait_for(lambda: any(ev["verb"] == "watch" and ev["responseStatus"]["code"] == 200
+                         for ev in hr_events()), 30, "the sync's WATCH audit line")
+    events = sorted(hr_events(), key=lambda ev: ev["requestReceivedTimestamp"])
+    return ([(ev["verb"], ev["responseStatus"]["code"]) for ev in events], events, s.logs())
+
+
+def test_serve_syncs_and_watches_with_one_watch_list_and_no_list(plane, ns, tmp_path):
+    """On a server with watch-lists, serve's sync and its watch are one request: a WATCH
+    with sendInitialEvents (its initial events are the LIST), and no LIST at all."""
+    sent, events, _ = _serve_sync(plane, tmp_path, ns)
+    assert sent == [("watch", 200)], sent
+    uri = events[0]["requestURI"]
+    for param in ("watch=true", "sendInitialEvents=true", "resourceVersionMatch=NotOlderThan",
+                  "allowWatchBookmarks=true", f"/namespaces/{ns}/helmreleases"):
+        assert param in uri, uri
+
+
+def test_serve_on_a_server_without_watch_lists_syncs_with_the_paged_list(
+        plane_without_watch_lists, tmp_path):
+    """WatchList off: the watch-list is refused (422) once, and serve syncs as it did before
+    watch-lists — a LIST, then the WATCH from its resourceVersion."""
+    p = plane_without_watch_lists
+    admin = p.kube()
+    ns = Cluster(admin).namespace()
+    admin.close()
+    sent, events, logs = _serve_sync(p, tmp_path, ns)
+    assert sent == [("watch", 422), ("list", 200), ("watch", 200)], sent
+    assert "sendInitialEvents=true" in events[0]["requestURI"]
+    assert "sendInitialEvents" not in events[2]["requestURI"]
+    assert "resourceVersion=" in events[2]["requestURI"]
+    assert "does not serve watch-lists" in logs

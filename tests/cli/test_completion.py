@@ -93,7 +93,8 @@ def test_kubectl_falls_back_to_file_completion_for_paths(path_dir):
 
 def test_helper_reports_an_error_directive_when_the_plugin_is_missing(tmp_path):
     proc = subprocess.run([str(HELPER), "st"], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "FLUX_PLUNGER_BIN": str(tmp_path / "none")})
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                               "FLUX_PLUNGER_BIN": str(tmp_path / "none")})
     assert proc.stdout == ":1\n"
 
 

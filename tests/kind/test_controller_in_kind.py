@@ -118,7 +118,9 @@ def test_rolling_update_drains_the_old_pod_and_the_new_one_leads(
     watch = HRWatch(kind_flux, ns, "demo")
     logs = subprocess.Popen([str(kind_flux.setup.kubectl), "-n", PLUNGER_NS, "logs", "-f", old],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={"KUBECONFIG": str(kind_flux.kubeconfig), "PATH": "/usr/bin:/bin"})
+                            env={"KUBECONFIG": str(kind_flux.kubeconfig), "PATH": "/usr/bin:/bin",
+                                 "HOME": str(kind_flux.workdir / "home"),
+                                 "KUBECACHEDIR": str(kind_flux.workdir / "kube-cache")})
     try:
         time.sleep(1)  # let `logs -f` attach before the pod is told to stop
         t0 = time.monotonic()

@@ -1,6 +1,9 @@
 """The watcher on scripted LIST pages and event streams, no cluster: what it enqueues, the
 resourceVersion it resumes from after a BOOKMARK or a dropped connection, a 410 (ERROR event
-or HTTP status) turning into a fresh LIST, a malformed line, and the fenced-release count.
+or HTTP status) turning into a fresh LIST, a malformed line, and the fenced-release count —
+on the paged LIST (a server without watch-lists: ``Script.watch_list`` is False) — and the
+sync as one watch-list (``WatchListScript``): each initial event queued as it is decoded,
+the initial-events-end bookmark as the sync, the fallbacks to the LIST.
 
 The apiserver tier runs it against a real watch (tests/apiserver/test_serve_watch.py)."""
 
@@ -56,12 +59,17 @@ class Stop:
 
     def wait(self, seconds: float) -> bool:
         self.waits.append(seconds)
+        if len(self.waits) > 20:  # a watcher failing in a loop: end the test, not hang it
+            self.set_ = True
         return self.set_
 
 
 class Script:
-    """A kube stand-in: each LIST answers the next scripted pages, each watch request
-    replays the next scripted stream (a list of events, possibly ending in an exception)."""
+    """A kube stand-in for a server without watch-lists: each LIST answers the next scripted
+    pages, each watch request replays the next scripted stream (a list of events, possibly
+    ending in an exception)."""
+
+    watch_list = False
 
     def __init__(self, stop: Stop, lists: list, watches: list) -> None:
         self.stop, self.lists, self.watches = stop, list(lists), list(watches)
@@ -309,3 +317,213 @@ def test_a_change_a_finished_pass_already_judged_is_not_queued_again():
     Watcher(PassEndsFirst(stop, [[([], "10")]], [stream]), queue, namespace=None,
             selector=None, resync_period=3600).run(stop)  # type: ignore[arg-type]
     assert queued(queue) == [] and queue.skipped == 1 and queue._settled == {}
+
+
+# -- the sync as one watch-list --------------------------------------------------------
+
+
+def end_bookmark(rv: str) -> dict:
+    """The BOOKMARK that ends a watch-list's initial events."""
+    return event("BOOKMARK", {"kind": "HelmRelease", "metadata": {
+        "resourceVersion": rv, "annotations": {"k8s.io/initial-events-end": "true"}}})
+
+
+class WatchListScript(Script):
+    """A server with watch-lists: a watch request with ``send_initial_events`` is logged as
+    ("WATCH-LIST",) and replays the next scripted stream like any watch; a callable in a
+    stream is called when the watcher asks for the event after it (a probe of what the
+    watcher did with the events before)."""
+
+    watch_list = True
+
+    def watch_hrs(self, namespace, selector, rv, timeout_seconds=300, *,
+                  send_initial_events=False):
+        assert send_initial_events == (rv == "")  # a watch-list starts from no rv
+        self.calls.append(("WATCH-LIST",) if send_initial_events else ("WATCH", rv))
+        if not self.watches:
+            self.stop.set()
+            return
+        for item in self.watches.pop(0):
+            if isinstance(item, Exception):
+                raise item
+            if callable(item):
+                item()
+                continue
+            yield item
+
+
+def run_wl(lists: list, watches: list, queue: WorkQueue | None = None, **kw):
+    stop = Stop()
+    script = WatchListScript(stop, lists, watches)
+    queue = queue if queue is not None else WorkQueue()
+    kw.setdefault("resync_period", 3600)
+    w = Watcher(script, queue, namespace=None, selector=None, **kw)
+    w.run(stop)  # type: ignore[arg-type]
+    return w, script, stop, queue
+
+
+def test_a_watch_list_queues_each_initial_event_as_it_comes_and_is_synced_at_its_bookmark():
+    seen: list[tuple] = []
+    queue = WorkQueue()
+    holder: list[Watcher] = []
+
+    def probe() -> None:
+        seen.append((queue.contains("apps/a"), holder[0].synced.is_set()))
+
+    stream = [event("ADDED", release("a", "5", stuck=True)),
+              probe,                                   # a queued, the sync not done
+              event("ADDED", release("b", "6")),
+              event("ADDED", release("c", "7", fenced=True)),
+              end_bookmark("10"),
+              probe,
+              event("MODIFIED", release("d", "11", stuck=True))]
+
+    class Capture(Watcher):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            holder.append(self)
+
+    stop = Stop()
+    script = WatchListScript(stop, [], [stream])
+    w = Capture(script, queue, namespace=None, selector=None, resync_period=3600)
+    w.run(stop)  # type: ignore[arg-type]
+    assert seen == [(True, False), (True, True)]
+    # one request for the sync and the watch; it resumes from the last event's rv
+    assert script.calls == [("WATCH-LIST",), ("WATCH", "11")]
+    assert queued(queue) == ["apps/a", "apps/c", "apps/d"]     # b is healthy
+    assert w.fences_held() == 1 and w.synced.is_set()
+    assert script.watch_list is True
+
+
+def test_a_watch_list_hands_the_queue_what_a_list_would_and_its_bookmark_as_the_relist():
+    stream = [event("ADDED", release("a", "5", stuck=True)),
+              event("ADDED", release("b", "6")),
+              end_bookmark("10"),
+              event("MODIFIED", release("a", "11", stuck=True)),
+              bookmark("15")]
+    queue = Recording()
+    run_wl([], [stream], queue)
+    # initial events are the catch-all (no rv: never skipped); the end bookmark is the
+    # LIST's rv; the stream goes on as the watch
+    assert queue.calls == [("add", "apps/a", None), ("caught_up", "10", True),
+                           ("add", "apps/a", "11"), ("caught_up", "11", False),
+                           ("caught_up", "15", False)]
+
+
+def test_initial_events_get_the_whole_predicate_later_ones_the_event_filter():
+    stream = [event("ADDED", mid_action("listed-mid", "5")),
+              event("ADDED", awaiting("listed-awaiting", "6")),
+              end_bookmark("10"),
+              event("MODIFIED", mid_action("mid", "11")),
+              event("MODIFIED", awaiting("awaiting", "12"))]
+    _, _, _, queue = run_wl([], [stream])
+    assert queued(queue) == ["apps/listed-mid", "apps/listed-awaiting"]
+
+
+def test_the_held_keys_are_replaced_at_the_bookmark_not_before():
+    held: list[set] = []
+    holder: list[Watcher] = []
+    first = [event("ADDED", release("old", "5", fenced=True)), end_bookmark("10"),
+             expired_event()]
+    second = [event("ADDED", release("new", "20", fenced=True)),
+              lambda: held.append(holder[0].held_keys()),
+              end_bookmark("30"),
+              lambda: held.append(holder[0].held_keys())]
+
+    class Capture(Watcher):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            holder.append(self)
+
+    stop = Stop()
+    Capture(WatchListScript(stop, [], [first, second]), WorkQueue(), namespace=None,
+            selector=None, resync_period=3600).run(stop)  # type: ignore[arg-type]
+    assert held == [{"apps/old"}, {"apps/new"}]
+
+
+def test_a_410_after_the_sync_syncs_with_a_watch_list_again():
+    metrics = Metrics()
+    streams = [[end_bookmark("10"), bookmark("12"), expired_event()],
+               [event("ADDED", release("a", "30", stuck=True)), end_bookmark("30")]]
+    _, script, stop, queue = run_wl([], streams, metrics=metrics)
+    assert script.calls == [("WATCH-LIST",), ("WATCH-LIST",), ("WATCH", "30")]
+    assert queued(queue) == ["apps/a"]
+    assert metrics.snapshot()["relists"] == {"initial": 1, "expired": 1}
+    assert stop.waits == []                                 # no backoff for a 410
+
+
+def test_a_410_on_a_later_watch_syncs_with_a_watch_list_too():
+    gone = KubeError(410, "Expired", "too old resource version")
+    streams = [[end_bookmark("10")], [gone], [end_bookmark("40")]]
+    _, script, stop, _ = run_wl([], streams)
+    assert script.calls == [("WATCH-LIST",), ("WATCH", "10"), ("WATCH-LIST",),
+                            ("WATCH", "40")]
+    assert stop.waits == []
+
+
+@pytest.mark.parametrize("status", [422, 400])
+def test_a_server_refusing_the_watch_list_is_listed_from_then_on(status):
+    refused = KubeError(status, "Invalid", "sendInitialEvents is forbidden for watch unless "
+                                           "the WatchList feature gate is enabled")
+    metrics = Metrics()
+    gone = KubeError(410, "Expired", "too old resource version")
+    _, script, stop, queue = run_wl(
+        [[([release("a", "5", stuck=True)], "10")], [([], "20")]], [[refused], [gone]],
+        metrics=metrics)
+    # refused once: the LIST, the watch from its rv; the 410's relist is a LIST as well
+    assert script.calls == [("WATCH-LIST",), ("LIST",), ("WATCH", "10"), ("LIST",),
+                            ("WATCH", "20")]
+    assert script.watch_list is False
+    assert queued(queue) == ["apps/a"]
+    assert stop.waits == []                                  # no backoff: listed at once
+    assert metrics.snapshot()["relists"] == {"initial": 1, "expired": 1}
+
+
+def test_a_watch_list_that_fails_before_its_bookmark_is_retried_after_a_backoff():
+    metrics = Metrics()
+    drop = KubeError(0, "Unreachable", "watch interrupted: connection reset")
+    streams = [[event("ADDED", release("a", "5", stuck=True)), drop],
+               [event("ADDED", release("a", "5", stuck=True)), end_bookmark("10")]]
+    w, script, stop, _ = run_wl([], streams, metrics=metrics)
+    assert script.calls == [("WATCH-LIST",), ("WATCH-LIST",), ("WATCH", "10")]
+    assert stop.waits == [BACKOFF_BASE]
+    assert metrics.snapshot()["relists"] == {"error": 1}     # as after a failed LIST
+    assert w.synced.is_set() and script.watch_list is True
+
+
+def test_a_dropped_watch_list_after_its_bookmark_re_watches_from_the_last_rv():
+    drop = KubeError(0, "Unreachable", "watch interrupted: connection reset")
+    streams = [[end_bookmark("10"), event("MODIFIED", release("a", "11", stuck=True)), drop],
+               [event("MODIFIED", release("b", "12", stuck=True))]]
+    _, script, stop, queue = run_wl([], streams)
+    assert script.calls == [("WATCH-LIST",), ("WATCH", "11"), ("WATCH", "12")]
+    assert stop.waits == [BACKOFF_BASE]
+    assert queued(queue) == ["apps/a", "apps/b"]
+
+
+def test_watch_lists_that_keep_ending_before_their_bookmark_give_way_to_the_list():
+    plain = bookmark("7")              # not the end of the initial events: nothing synced
+    streams = [[event("ADDED", release("a", "5")), plain]] * 3
+    w, script, stop, _ = run_wl([[([], "10")]], streams)
+    assert script.calls[:5] == [("WATCH-LIST",), ("WATCH-LIST",), ("WATCH-LIST",),
+                                ("LIST",), ("WATCH", "10")]
+    assert stop.waits == [BACKOFF_BASE, 2 * BACKOFF_BASE]   # between the three
+    assert script.watch_list is False and w.synced.is_set()
+
+
+def test_the_periodic_resync_is_a_new_watch_list():
+    metrics = Metrics()
+    streams = [[event("ADDED", release("a", "5", stuck=True)), end_bookmark("10")],
+               [event("ADDED", release("a", "5", stuck=True)), end_bookmark("20")]]
+    _, script, _, queue = run_wl([], streams, metrics=metrics, resync_period=0)
+    assert script.calls == [("WATCH-LIST",), ("WATCH-LIST",), ("WATCH-LIST",)]
+    assert metrics.snapshot()["relists"] == {"initial": 1, "resync": 1}
+    assert queued(queue) == ["apps/a"]
+
+
+def test_a_watch_list_error_event_before_the_bookmark_is_a_failure():
+    err = event("ERROR", {"kind": "Status", "code": 500, "reason": "InternalError",
+                          "message": "etcd: request timed out"})
+    _, script, stop, _ = run_wl([], [[err], [end_bookmark("10")]])
+    assert script.calls == [("WATCH-LIST",), ("WATCH-LIST",), ("WATCH", "10")]
+    assert stop.waits == [BACKOFF_BASE]
