@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'c17ab573'
+FINGERPRINT = 'f806d44f'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -12,6 +12,7 @@ import hashlib
 import logging
 import socket
 import threading
+from collections.abc import Mapping
 from typing import Protocol
 
 from . import constants as C
@@ -19,6 +20,19 @@ from .kube import KubeError
 from .objects import Obj
 
 log = logging.getLogger(__name__)
+
+
+class Notify(Protocol):
+    """Where Events also go as Flux notifications (``notify.Notifier``)."""
+
+    def notify(
+        self,
+        hr: Obj,
+        reason: str,
+        type_: str,
+        message: str,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None: ...
 
 
 class EventStore(Protocol):
@@ -40,20 +54,41 @@ def _now() -> str:
 
 
 class Recorder:
-    """Writes Events through ``kube``; failures are logged, never raised."""
+    """Writes Events through ``kube``; failures are logged, never raised.  With a
+    ``notifier`` each one is also handed to it (a Flux notification, ``notify``);
+    ``metadata`` is for that notification only."""
 
     def __init__(
-        self, kube: EventStore, *, instance: str | None = None, enabled: bool = True
+        self,
+        kube: EventStore,
+        *,
+        instance: str | None = None,
+        enabled: bool = True,
+        notifier: Notify | None = None,
     ) -> None:
         self.kube = kube
         self.enabled = enabled
+        self.notifier = notifier
         self.instance = instance or socket.gethostname()
         self._counts: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
 
-    def record(self, hr: Obj, reason: str, type_: str, message: str) -> None:
+    def record(
+        self,
+        hr: Obj,
+        reason: str,
+        type_: str,
+        message: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+    ) -> None:
         if not self.enabled or not hr:
             return
+        if self.notifier is not None:
+            try:
+                self.notifier.notify(hr, reason, type_, message, metadata)
+            except Exception:  # a notification never fails what it reports
+                log.exception("could not queue a Flux notification for %s", reason)
         try:
             self._record(hr, reason, type_, message)
         except KubeError as exc:

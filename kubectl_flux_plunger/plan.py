@@ -129,6 +129,12 @@ RECOVERY_DEFERRED = EventSpec(
     "Recovery deferred: another manager took spec.suspend or the release began terminating "
     "between read and write; the controller's next pass (or the next recover) decides again",
 )
+RECOVERY_FAILED = EventSpec(
+    "RecoveryFailed",
+    WARNING,
+    "Recovery of the stuck release failed; a running flux-plunger controller retries with "
+    "backoff. The cause is in the controller's log and in `kubectl flux-plunger recover`",
+)
 
 RECOVERED = EventSpec(
     "Recovered",

@@ -55,6 +55,10 @@ TARGETS = {
     "etcd": Target("etcd", "etcd", "go.etcd.io/etcd/server/v3", "go.etcd.io/etcd/server/v3"),
     "helm-controller": Target("helm-controller", "helm-controller",
                               "github.com/fluxcd/helm-controller", "github.com/fluxcd/helm-controller"),
+    # the e2e tier of Flux notifications (tests/e2e/test_notify.py)
+    "notification-controller": Target("notification-controller", "notification-controller",
+                                      "github.com/fluxcd/notification-controller",
+                                      "github.com/fluxcd/notification-controller"),
     "krew": Target("krew", "krew", "sigs.k8s.io/krew", "sigs.k8s.io/krew/cmd/krew"),
     "validate-krew-manifest": Target("validate-krew-manifest", "krew", "sigs.k8s.io/krew",
                                      "sigs.k8s.io/krew/cmd/validate-krew-manifest"),
@@ -209,12 +213,39 @@ def crd_dir() -> Path:
     return out
 
 
+NOTIFICATION_CRDS = (
+    "notification.toolkit.fluxcd.io_alerts.yaml",
+    "notification.toolkit.fluxcd.io_providers.yaml",
+    "notification.toolkit.fluxcd.io_receivers.yaml",
+)
+
+
+def notification_crd_dir() -> Path:
+    """A cached directory holding notification-controller's CRDs (Alert, Provider and the
+    Receiver its manager watches), from the wrapper's pinned module.  Apart from
+    :func:`crd_dir`: only the notification tests install them."""
+    module = "github.com/fluxcd/notification-controller"
+    version = module_version("notification-controller", module)
+    out = cache_root() / f"crds-notification-controller-{version}"
+    if all((out / f).is_file() for f in NOTIFICATION_CRDS):
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    src = module_dir(module, "notification-controller") / "config" / "crd" / "bases"
+    for f in NOTIFICATION_CRDS:
+        if not (src / f).is_file():
+            raise BuildError(f"{module} has no CRD {f} under config/crd/bases")
+        shutil.copyfile(src / f, out / f)
+    return out
+
+
 def main(argv: list[str]) -> int:
     names = argv or list(TARGETS)
     try:
         for name in names:
             if name == "crds":
                 print(f"crds: {crd_dir()}")
+            elif name == "notification-crds":
+                print(f"notification-crds: {notification_crd_dir()}")
             else:
                 print(f"{name}: {ensure(name)}")
     except BuildError as exc:

@@ -391,6 +391,17 @@ def flux_images() -> dict[str, str]:
     return out
 
 
+def notification_image() -> str:
+    """notification-controller (the e2e tier's build) as an image: the kind tier's Flux
+    notifications (tests/kind/test_notify_in_kind.py)."""
+    version = binaries.module_version("notification-controller",
+                                      "github.com/fluxcd/notification-controller")
+    return binary_image(f"{PREFIX}/notification-controller:{version}",
+                        {"/usr/local/bin/notification-controller":
+                         binaries.ensure("notification-controller")},
+                        entrypoint=["notification-controller"], user="65534:65534")
+
+
 def http_image() -> str:
     """A static file server (python3 -m http.server) for charts served inside the cluster."""
     return python_base_image()

@@ -199,6 +199,47 @@ def dry_run_option(f: F) -> F:
     )(f)
 
 
+def _events_addr(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    del ctx, param
+    if not value:
+        return None
+    from ..notify import validate_address
+
+    try:
+        return validate_address(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--events-addr") from None
+
+
+EVENTS_ADDR_HELP = (
+    "POST each Event flux-plunger records as a Flux event to notification-controller at "
+    "URL (Flux's is http://notification-controller.flux-system.svc.cluster.local./), so "
+    "Alerts on HelmReleases see it."
+)
+
+
+def events_addr_option(f: F) -> F:
+    """--events-addr: Flux notifications from a one-shot writing verb (opt-in)."""
+    return click.option(
+        "--events-addr",
+        metavar="URL",
+        callback=_events_addr,
+        help=EVENTS_ADDR_HELP + "  [default: off]",
+    )(f)
+
+
+def _notifier(events_addr: str | None, dry_run: str) -> Any:
+    """The Notifier of a one-shot verb (None: off, or a dry run), flushed with a short
+    bounded wait when the command ends."""
+    if not events_addr or dry_run != "none":
+        return None
+    from ..notify import Notifier
+
+    notifier = Notifier(events_addr)
+    click.get_current_context().call_on_close(notifier.close)
+    return notifier
+
+
 class Session:
     """What a verb needs: a connected client and the resolved selection."""
 
@@ -552,6 +593,7 @@ def _run_table(
     force: bool = False,
     backup_dir: str | None = None,
     lease_name: str | None = None,
+    events_addr: str | None = None,
 ) -> NoReturn:
     from ..events import Recorder
     from ..executor import Executor, Options, Result
@@ -604,7 +646,7 @@ def _run_table(
     )
     executor = Executor(
         s.kube,
-        Recorder(s.kube, enabled=(dry_run == "none")),
+        Recorder(s.kube, enabled=(dry_run == "none"), notifier=_notifier(events_addr, dry_run)),
         options=opts,
         should_stop=stream.stop.is_set,
     )
@@ -741,6 +783,7 @@ def _summary(verb_name: str, outcomes: list[Any], dry_run: str) -> str:
     "nothing is deleted. Undo with `restore FILE`.",
 )
 @lease_options
+@events_addr_option
 @_api_errors
 def recover(
     kubeconfig: str | None,
@@ -759,6 +802,7 @@ def recover(
     lease_namespace: str | None,
     lease_name: str | None,
     force: bool,
+    events_addr: str | None,
 ) -> None:
     """Recover stuck HelmReleases once (the same decision table the controller runs)."""
     _run_table(
@@ -780,6 +824,7 @@ def recover(
         force,
         backup_dir,
         lease_name,
+        events_addr,
     )
 
 
@@ -789,6 +834,7 @@ def recover(
 @output_option
 @dry_run_option
 @lease_options
+@events_addr_option
 @_api_errors
 def resume_owned(
     kubeconfig: str | None,
@@ -804,6 +850,7 @@ def resume_owned(
     lease_namespace: str | None,
     lease_name: str | None,
     force: bool,
+    events_addr: str | None,
 ) -> None:
     """Lift suspensions flux-plunger itself owns (e.g. left by a crash), with their fences.
 
@@ -827,6 +874,7 @@ def resume_owned(
         lease_namespace=lease_namespace,
         force=force,
         lease_name=lease_name,
+        events_addr=events_addr,
     )
 
 
@@ -881,6 +929,7 @@ def resume_owned(
     help="How long --stop-deployment waits for the pods to go (and, when some did "
     "not, once more after the sweep before looking for fences set behind it).",
 )
+@events_addr_option
 @_api_errors
 def release_fence(
     kubeconfig: str | None,
@@ -900,6 +949,7 @@ def release_fence(
     concurrency: int,
     stop_deployment: str | None,
     stop_timeout: float,
+    events_addr: str | None,
 ) -> None:
     """Remove flux-plunger's uninstall fence (what uninstalling the controller runs).
 
@@ -980,7 +1030,7 @@ def release_fence(
     if wait_uninstall and fenced and dry_run == "none":
         executor = Executor(
             s.kube,
-            Recorder(s.kube, enabled=(dry_run == "none")),
+            Recorder(s.kube, enabled=(dry_run == "none"), notifier=_notifier(events_addr, dry_run)),
             options=Options(allow_recover=False, selector=s.selection.matcher()),
         )
         wait_for = timeout if ends is None else max(0.0, min(timeout, ends - time.monotonic()))

@@ -186,6 +186,15 @@ def check_timings(
     help="Prune backup Secrets older than this when a new one is written.",
 )
 @click.option(
+    "--events-addr",
+    metavar="URL",
+    default="",
+    show_default=False,
+    help="POST each Event flux-plunger records as a Flux event to notification-controller "
+    "at URL (Flux's is http://notification-controller.flux-system.svc.cluster.local./), "
+    "so Alerts on HelmReleases see recoveries and failures.  [default: off]",
+)
+@click.option(
     "--metrics-bind-address",
     default=":8080",
     metavar="ADDR",
@@ -228,6 +237,7 @@ def serve(
     handshake_timeout: float,
     backup_secret_namespace: str | None,
     backup_retention: float,
+    events_addr: str,
     metrics_bind_address: str,
     health_probe_bind_address: str,
     log_format: str,
@@ -267,6 +277,13 @@ def serve(
         fail("--backup-secret-namespace must not be empty", Exit.USAGE)
     if backup_retention <= 0:
         fail("--backup-retention must be positive", Exit.USAGE)
+    if events_addr:
+        from ..notify import validate_address
+
+        try:
+            validate_address(events_addr)
+        except ValueError as exc:
+            fail(f"--events-addr: {exc}", Exit.USAGE)
     try:
         metrics_addr = parse_bind_address(metrics_bind_address, "--metrics-bind-address")
         probe_addr = parse_bind_address(health_probe_bind_address, "--health-probe-bind-address")
@@ -336,6 +353,7 @@ def serve(
         handshake_timeout=handshake_timeout,
         metrics_addr=metrics_addr,
         probe_addr=probe_addr,
+        events_addr=events_addr or None,
     )
     if backup_secret_namespace:
         from ..backup import SecretBackup

@@ -200,6 +200,21 @@ class Executor(DryRun):
             report = self._act(hr, d, watch)
         # the one place a pass's Outcome is made: of the report its steps returned
         ending = report.ending or Ending(Result.UNCHANGED)
+        if (
+            ending.failed
+            and hr is not None
+            and d.action is plan.Action.RECOVER
+            and not (self.opt.dry_run_client or self.kube.dry_run)
+        ):
+            # a Warning Event (and a Flux notification of severity error) with the cause
+            # for the notification only: the Event's message stays static
+            self.recorder.record(
+                hr,
+                plan.RECOVERY_FAILED.reason,
+                plan.RECOVERY_FAILED.type,
+                plan.RECOVERY_FAILED.message,
+                metadata={"error": ending.detail or ""},
+            )
         return Outcome(
             namespace,
             name,

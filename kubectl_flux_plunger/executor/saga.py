@@ -297,6 +297,13 @@ class Saga(Handshake):
             f"{plan.RECOVERED.message}: revision {rev.number}, Secret "
             f"{rev.namespace}/{rev.name}{self.storage_where(hr)}"
             + (f"; backup: {backup}" if backup else ""),
+            # for the Flux notification (notify): which revision, and a token that keeps
+            # notification-controller from merging two recoveries
+            metadata={
+                "deletedRevision": str(rev.number),
+                "storageSecret": f"{rev.namespace}/{rev.name}",
+                "token": rev.uid or f"{rev.namespace}/{rev.name}/{rev.resource_version}",
+            },
         )
 
     def _final_relinquish(self, current: Obj | None, report: Report) -> Report:

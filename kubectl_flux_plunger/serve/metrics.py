@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from .. import notify
 from ..executor import Result
 from ..plan import Row
 
@@ -33,10 +34,13 @@ class Metrics:
         self.deferrals = 0
         self.errors = 0
         self.relists: Counter[str] = Counter()  # by reason: initial, resync, expired, error
+        self.notifications: Counter[str] = Counter()  # Flux events, by result (notify)
         # gauges read at scrape time
         self.fences_held: Callable[[], int] = lambda: 0
         self.queue_depth: Callable[[], int] = lambda: 0
         self.leader: Callable[[], bool] = lambda: False
+        self.ready: Callable[[], bool] = lambda: False
+        self.oldest_held_delete: Callable[[], float] = lambda: 0.0
         self.api_stats: Sequence[RequestStats] = ()  # kube.Stats of every client in use
 
     def observe(self, outcome: Outcome) -> None:
@@ -57,6 +61,10 @@ class Metrics:
         with self._lock:
             self.errors += 1
 
+    def notified(self, result: str) -> None:
+        with self._lock:
+            self.notifications[result] += 1
+
     def relisted(self, reason: str) -> None:
         with self._lock:
             self.relists[reason] += 1
@@ -75,6 +83,7 @@ class Metrics:
                 "deferrals": self.deferrals,
                 "errors": self.errors,
                 "relists": dict(self.relists),
+                "notifications": dict(self.notifications),
             }
 
 
@@ -125,6 +134,12 @@ def collector(metrics: Metrics) -> Collector:
                 value=metrics.fences_held(),
             )
             yield GaugeMetricFamily(
+                "flux_plunger_fence_held_delete_seconds",
+                "Seconds the oldest HelmRelease delete held by the uninstall fence has "
+                "waited (as last seen; 0 when none is held).",
+                value=metrics.oldest_held_delete(),
+            )
+            yield GaugeMetricFamily(
                 "flux_plunger_queue_depth",
                 "Keys ready to be processed.",
                 value=metrics.queue_depth(),
@@ -134,6 +149,24 @@ def collector(metrics: Metrics) -> Collector:
                 "1 while this instance leads.",
                 value=1 if metrics.leader() else 0,
             )
+            yield GaugeMetricFamily(
+                "flux_plunger_ready",
+                "1 while /readyz answers ok (the HelmRelease list/watch is synced).",
+                value=1 if metrics.ready() else 0,
+            )
+            notes = CounterMetricFamily(
+                "flux_plunger_notifications",
+                "Flux events for notification-controller (--events-addr) by result: sent, "
+                "rate-limited (dropped there as a duplicate), refused, unreachable, dropped "
+                "(queue full), folded (a repeat, not posted).",
+                labels=["result"],
+            )
+            for note in (notify.SENT, notify.UNREACHABLE):
+                notes.add_metric([note], snap["notifications"].get(note, 0))
+            for note, n in sorted(snap["notifications"].items()):
+                if note not in (notify.SENT, notify.UNREACHABLE):
+                    notes.add_metric([note], n)
+            yield notes
             api = CounterMetricFamily(
                 "flux_plunger_api_requests",
                 "Requests sent to the Kubernetes API by verb.",

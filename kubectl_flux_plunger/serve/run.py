@@ -32,6 +32,7 @@ from ..events import Recorder
 from ..executor import Executor, Options, Result
 from ..executor.outcome import CLEANUP_RESULTS
 from ..kube import Kube, KubeError
+from ..notify import Notifier
 from ..selector import parse as parse_selector
 from .drain import Drainer
 from .health import Endpoints, prometheus_renderer
@@ -73,6 +74,7 @@ class ServeConfig:
     backoff_base: float = 1.0
     backoff_cap: float = 300.0
     backup: Backup | None = None  # --backup-secret-namespace
+    events_addr: str | None = None  # --events-addr: Flux notifications
 
 
 class Controller:
@@ -81,7 +83,12 @@ class Controller:
         self.identity = identity()
         self.metrics = Metrics()
         self.queue = WorkQueue(backoff=Backoff(cfg.backoff_base, cfg.backoff_cap))
-        self.recorder = Recorder(kube, instance=self.identity)
+        self.notifier: Notifier | None = None
+        if cfg.events_addr:
+            self.notifier = Notifier(
+                cfg.events_addr, instance=self.identity, on_result=self.metrics.notified
+            )
+        self.recorder = Recorder(kube, instance=self.identity, notifier=self.notifier)
         self.stopping = threading.Event()  # signal received: take no new work
         self.watch_stop = threading.Event()
         self.watcher = Watcher(
@@ -143,6 +150,8 @@ class Controller:
         self.metrics.fences_held = self.watcher.fences_held
         self.metrics.queue_depth = lambda: len(self.queue)
         self.metrics.leader = self.leading
+        self.metrics.ready = self.watcher.synced.is_set
+        self.metrics.oldest_held_delete = self.watcher.oldest_held_delete
         self.metrics.api_stats = [kube.stats] + ([lease_kube.stats] if lease_kube else [])
         self.endpoints = Endpoints(ready=self.watcher.synced.is_set, render_metrics=None)
 
@@ -361,6 +370,9 @@ class Controller:
         return code
 
     def _finish(self) -> None:
+        if self.notifier is not None:
+            # what the drain recorded goes out, bounded: the Lease is already given up
+            self.notifier.close()
         self.watch_stop.set()
         if self.elector is not None:
             self.elector.stop_renewing()

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from .. import plan
-from ..detect import is_fenced
+from ..detect import is_fenced, is_terminating, parse_timestamp
 from ..kube import INITIAL_EVENTS_END, KubeError
 from ..objects import Obj
 from .logs import fields
@@ -95,6 +95,14 @@ class Keys(Protocol):
     def caught_up(self, resource_version: str, *, relisted: bool = False) -> None: ...
 
 
+def _held_since(hr: Obj) -> float | None:
+    """When a fenced release began terminating (epoch seconds): its delete is held."""
+    if not is_terminating(hr):
+        return None
+    when = parse_timestamp((hr.get("metadata") or {}).get("deletionTimestamp"))
+    return when.timestamp() if when is not None else time.time()
+
+
 class _Sync:
     """What one sync read so far — a LIST's items or a watch-list's initial events: keys
     only, every item judged with the whole predicate (the catch-all) as it comes."""
@@ -102,6 +110,7 @@ class _Sync:
     def __init__(self) -> None:
         self.fenced: set[str] = set()
         self.owned: set[str] = set()
+        self.held: dict[str, float] = {}  # fenced and terminating: its deletionTimestamp
         self.count = self.queued = 0
 
     def take(self, hr: Obj, queue: Keys) -> None:
@@ -109,6 +118,9 @@ class _Sync:
         key = key_of(hr)
         if is_fenced(hr):
             self.fenced.add(key)
+            since = _held_since(hr)
+            if since is not None:
+                self.held[key] = since
         if plan.suspended_by_us(hr):
             self.owned.add(key)
         if plan.predicate(hr):  # the catch-all: the whole predicate, unconditionally
@@ -143,6 +155,8 @@ class Watcher:
         self.synced = threading.Event()
         self._fenced: set[str] = set()
         self._owned: set[str] = set()  # suspended, spec.suspend owned by flux-plunger
+        # fenced and terminating: key -> its deletionTimestamp (epoch seconds)
+        self._held: dict[str, float] = {}
         self._lock = threading.Lock()
         self.resource_version = ""
         # where the next watch resumes; None: sync first (set by a finished sync)
@@ -154,6 +168,14 @@ class Watcher:
     def fences_held(self) -> int:
         with self._lock:
             return len(self._fenced)
+
+    def oldest_held_delete(self, now: float | None = None) -> float:
+        """Seconds the oldest delete held by our fence has waited (as last seen), else 0."""
+        with self._lock:
+            since = min(self._held.values(), default=None)
+        if since is None:
+            return 0.0
+        return max(0.0, (time.time() if now is None else now) - since)
 
     def held_keys(self) -> set[str]:
         """The keys last seen fenced or suspended by us (``plan.holds_ours``): where the drain
@@ -179,6 +201,11 @@ class Watcher:
                 self._owned.add(key)
             else:
                 self._owned.discard(key)
+            since = _held_since(hr) if fenced else None
+            if since is not None:
+                self._held[key] = since
+            else:
+                self._held.pop(key, None)
         if not deleted and plan.wanted_on_change(hr):
             self.queue.add(key, (hr.get("metadata") or {}).get("resourceVersion") or None)
 
@@ -188,7 +215,7 @@ class Watcher:
         """A sync is complete at ``rv``: its keys replace the held ones, the queue's
         expectations go (a new stream), the watch resumes from ``rv``."""
         with self._lock:
-            self._fenced, self._owned = sync.fenced, sync.owned
+            self._fenced, self._owned, self._held = sync.fenced, sync.owned, sync.held
         if rv:
             self.queue.caught_up(rv, relisted=True)
         if self.metrics is not None:

@@ -218,7 +218,7 @@ def test_event_messages_are_static_and_typed() -> None:
     specs = [value for value in vars(plan).values() if isinstance(value, EventSpec)]
     assert {spec.reason for spec in specs} == {
         "SuspensionNotOwned", "TerminatingWhileSuspended", "UninstallFenceHeld",
-        "UnsuspendFailed", "RecoveryDeferred", "Recovered",
+        "UnsuspendFailed", "RecoveryDeferred", "Recovered", "RecoveryFailed",
     }
     for spec in specs:
         assert spec.type in ("Normal", "Warning")
