@@ -320,6 +320,7 @@ def fetch_user_wheels(tree: Path) -> Path:
     import tomllib
 
     deps = tomllib.loads((tree / "pyproject.toml").read_text())["project"]["dependencies"]
+    deps = [*deps, "pip"]  # pipx upgrades the pip of its shared venv first
     out = user_wheels_dir()
     stamp = out / f".complete-{hashlib.sha256(repr(deps).encode()).hexdigest()[:12]}"
     if not stamp.is_file():
