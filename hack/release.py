@@ -4,6 +4,7 @@
     .venv/bin/python hack/release.py v0.1.0 --base-image BASE_OCI_LAYOUT   # the tag's commit
     .venv/bin/python hack/release.py --version v0.2.0-rc.1 --commit HEAD --base-image ...
     .venv/bin/python hack/release.py --fetch        # download the image's locked wheels once
+    .venv/bin/python hack/release.py v0.1.0 -C /path/to/clone --base-image ...   # another repository
 
 What lands in --out (default dist/), for version vX.Y.Z:
 
@@ -122,7 +123,8 @@ def sha256_file(path: Path) -> str:
 
 # -- the commit -----------------------------------------------------------------------------
 
-def resolve(tag: str | None, version: str | None, commit: str | None) -> tuple[str, str]:
+def resolve(tag: str | None, version: str | None, commit: str | None,
+            source: Path = ROOT) -> tuple[str, str]:
     """(version tag 'vX.Y.Z', commit sha)."""
     if tag and version:
         raise ReleaseError("give a TAG or --version, not both")
@@ -130,7 +132,7 @@ def resolve(tag: str | None, version: str | None, commit: str | None) -> tuple[s
         raise ReleaseError("give the TAG to release, or --version vX.Y.Z for an untagged commit")
     ref = commit or (f"refs/tags/{tag}" if tag else "HEAD")
     try:
-        sha = run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=ROOT,
+        sha = run(["git", "rev-parse", "--verify", f"{ref}^{{commit}}"], cwd=source,
                   what=f"git rev-parse {ref}").strip()
     except ReleaseError:
         raise ReleaseError(f"{ref} names no commit here") from None
@@ -140,13 +142,13 @@ def resolve(tag: str | None, version: str | None, commit: str | None) -> tuple[s
     return ver, sha
 
 
-def export(sha: str, dest: Path) -> int:
+def export(sha: str, dest: Path, source: Path = ROOT) -> int:
     """``git archive`` of the commit into ``dest``; the commit time (the default epoch)."""
-    archive = subprocess.run(["git", "archive", "--format=tar", sha], cwd=ROOT,
+    archive = subprocess.run(["git", "archive", "--format=tar", sha], cwd=source,
                              capture_output=True, check=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(dest, filter="tar")
-    return int(run(["git", "log", "-1", "--format=%ct", sha], cwd=ROOT).strip())
+    return int(run(["git", "log", "-1", "--format=%ct", sha], cwd=source).strip())
 
 
 # -- versions -------------------------------------------------------------------------------
@@ -247,11 +249,12 @@ def wheel_version(wheel: Path) -> str:
 
 # -- krew -----------------------------------------------------------------------------------
 
-def build_krew(tree: Path, out: Path, repo: str, offline: bool) -> tuple[Path, Path]:
+def build_krew(tree: Path, out: Path, repo: str, offline: bool,
+               cache: Path) -> tuple[Path, Path]:
     manifest = out / "flux-plunger.yaml"
     run([sys.executable, str(tree / "krew" / "build.py"), "--out-dir", str(out),
-         "--manifest", str(manifest), "--wheels", str(ROOT / "krew" / "build" / "wheels"),
-         "--cache", str(ROOT / "krew" / "build"), "--repo", repo,
+         "--manifest", str(manifest), "--wheels", str(cache / "wheels"),
+         "--cache", str(cache), "--repo", repo,
          *(["--offline"] if offline else [])],
         env={"SOURCE_DATE_EPOCH": str(KREW_EPOCH)}, what="krew/build.py")
     if manifest.read_text() != (tree / "krew" / "flux-plunger.yaml").read_text():
@@ -589,13 +592,14 @@ def find_helm() -> str:
 
 
 def release(args: argparse.Namespace) -> Path:
-    version, sha = resolve(args.tag, args.version, args.commit)
+    source = args.source.resolve()
+    version, sha = resolve(args.tag, args.version, args.commit, source)
     final: Path = args.out.resolve()
     out = final.with_name(f".{final.name}.partial")  # renamed to --out once complete
     with tempfile.TemporaryDirectory(prefix="release-tree-") as tmp:
         tree = Path(tmp) / "tree"
         tree.mkdir()
-        epoch = export(sha, tree)
+        epoch = export(sha, tree, source)
         if os.environ.get("SOURCE_DATE_EPOCH"):
             epoch = int(os.environ["SOURCE_DATE_EPOCH"])
         check_versions(version, tree_versions(tree))
@@ -607,7 +611,8 @@ def release(args: argparse.Namespace) -> Path:
         check_versions(version, {"the wheel's metadata": wheel_version(wheel),
                                  "version --client": client_version(wheel)})
         log(f"{wheel.name}, {sdist.name}: twine check passed")
-        archive, manifest = build_krew(tree, out, args.repo, args.offline)
+        archive, manifest = build_krew(tree, out, args.repo, args.offline,
+                                       ROOT / "krew" / "build")
         log(f"{archive.name} + {manifest.name}")
         oci, digest, plats = build_image(
             tree, wheel, args.base_image.resolve(), out, version=version, sha=sha, epoch=epoch,
@@ -640,6 +645,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo", default=DEFAULT_REPO, help="GitHub owner/name (URLs, labels)")
     ap.add_argument("--helm", help="the helm binary (default: built by testplane.binaries)")
     ap.add_argument("--offline", action="store_true", help="use cached wheels only")
+    ap.add_argument("-C", "--source", type=Path, default=ROOT,
+                    help="the git repository to release from (default: this checkout)")
     ap.add_argument("--fetch", action="store_true",
                     help="only download the image's locked wheels (--platforms, --base-python)")
     args = ap.parse_args(argv)

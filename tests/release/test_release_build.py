@@ -182,3 +182,49 @@ def test_a_version_mismatch_stops_the_build_with_one_line(base_image, tmp_path):
         f"(kubectl_flux_plunger.__version__) says {VERSION}; chart version says {VERSION}; "
         f"chart appVersion says {VERSION}; krew manifest spec.version says {VERSION}"]
     assert not (tmp_path / "dist").exists()
+
+
+def test_a_tag_builds_its_own_commit_and_a_wrong_tag_says_so(base_image, tmp_path):
+    """In a clone: tag HEAD v{VERSION}, commit once more, build the tag: the image's revision
+    label is the tagged commit, not the newer HEAD.  A tag that is not the tree's version
+    fails with the one line."""
+    clone = tmp_path / "clone"
+    git_env = {**__import__("os").environ, "HOME": str(tmp_path), "GIT_AUTHOR_NAME": "t",
+               "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
+               "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(["git", "-C", str(clone), *args], capture_output=True, text=True,
+                              env=git_env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True, timeout=300,
+                   env=git_env)
+    git("tag", VERSION)
+    git("tag", "v9.0.0")
+    tagged = git("rev-parse", "HEAD")
+    (clone / "later.txt").write_text("a commit after the tag\n")
+    git("add", "later.txt")
+    git("commit", "-q", "-m", "after the tag")
+    assert git("rev-parse", "HEAD") != tagged
+
+    def build(tag: str, out: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(ROOT / "hack" / "release.py"), tag, "-C", str(clone),
+             "--offline", "--out", str(out), "--base-image", str(base_image),
+             "--platforms", "linux/amd64"],
+            capture_output=True, text=True, timeout=900, cwd=tmp_path,
+            env={**git_env, "FLUX_PLUNGER_TESTBIN_CACHE": str(binaries.cache_root())})
+
+    proc = build(VERSION, tmp_path / "dist")
+    assert proc.returncode == 0, proc.stderr
+    layout = Layout(tmp_path / "dist" / f"kubectl-flux-plunger-{VERSION}.oci.tar")
+    [top] = json.loads(layout.read("index.json"))["manifests"]
+    manifest = layout.json(top)  # one platform: the manifest itself
+    labels = layout.json(manifest["config"])["config"]["Labels"]
+    assert labels["org.opencontainers.image.revision"] == tagged
+    wrong = build("v9.0.0", tmp_path / "dist9")
+    assert wrong.returncode == 1
+    assert wrong.stderr.startswith("error: version mismatch: releasing v9.0.0, but pyproject ")
+    assert len(wrong.stderr.splitlines()) == 1
