@@ -34,6 +34,7 @@ fi
 .venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm registry crane actionlint}
 # the release tier (tests/release): the image's locked wheels and the dependencies' wheels, once
 .venv/bin/python hack/release.py --fetch
+.venv/bin/python hack/release.py --fetch --platforms linux/amd64 --base-python 3.11  # the Debian base
 
 # --- kind tier (issue 11): only when asked ------------------------------------------------
 # FLUX_PLUNGER_KIND_BUILD=1 (hack/test.sh sets it with KIND_ENGINE=start) builds what the kind

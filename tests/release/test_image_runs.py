@@ -95,7 +95,9 @@ def pulled(registry, tmp_path_factory):
     saved.unlink()
     repo = f"{registry}/cozystack/kubectl-flux-plunger"
     dist = tmp / "dist"
-    proc = release(dist, base, "--base-python", "3.11", "--platforms", "linux/amd64",
+    pyver = docker("run", "--rm", "--entrypoint", "python3", BASE, "-c",
+                   "import sys; print('%d.%d' % sys.version_info[:2])").stdout.strip()
+    proc = release(dist, base, "--base-python", pyver, "--platforms", "linux/amd64",
                    "--image", repo)
     assert proc.returncode == 0, proc.stderr
     digest = (dist / "image-digest.txt").read_text().strip()

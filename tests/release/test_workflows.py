@@ -50,3 +50,13 @@ def test_ci_runs_the_readme_test_command_and_release_builds_with_hack_release():
             for s in job["steps"]}
     assert "pypa/gh-action-pypi-publish" in uses
     assert release["jobs"]["pypi"]["permissions"] == {"id-token": "write"}
+
+
+def test_release_pulls_the_base_the_containerfile_pins():
+    import re
+
+    pinned = re.search(r"^ARG PYTHON_IMAGE=python:3\.12-slim@(sha256:[0-9a-f]{64})$",
+                       (ROOT / "controller" / "Containerfile").read_text(), re.M)
+    assert pinned
+    release = yaml.safe_load((WORKFLOWS / "release.yml").read_text())
+    assert release["env"]["BASE_IMAGE"] == f"docker.io/library/python@{pinned.group(1)}"
