@@ -18,13 +18,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-import socket
-import time
-import urllib.error
-import urllib.request
-
 import pytest
-import yaml
 
 from testplane import binaries
 
@@ -101,48 +95,14 @@ def dist(tmp_path_factory, base_image) -> Path:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def registry(tmp_path_factory):
     """host:port of a distribution registry on loopback (its storage under tmp)."""
-    tmp = tmp_path_factory.mktemp("registry")
-    port = free_port()
-    config = tmp / "config.yml"
-    config.write_text(yaml.safe_dump({
-        "version": 0.1, "log": {"level": "warn"},
-        "storage": {"filesystem": {"rootdirectory": str(tmp / "data")},
-                    "delete": {"enabled": True}},
-        "http": {"addr": f"127.0.0.1:{port}"}}))
-    log = open(tmp / "registry.log", "wb")
-    proc = subprocess.Popen([str(binaries.ensure("registry")), "serve", str(config)],
-                            stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "HOME": str(tmp), "OTEL_TRACES_EXPORTER": "none",
-                                 "OTEL_SDK_DISABLED": "true"})
-    url = f"http://127.0.0.1:{port}/v2/"
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"the registry exited {proc.returncode}: {(tmp / 'registry.log').read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                if resp.status == 200:
-                    break
-        except (urllib.error.URLError, OSError):
-            pass
-        if time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"the registry did not answer {url} within 60 s")
-        time.sleep(0.1)  # polling a condition with a deadline
-    yield f"127.0.0.1:{port}"
-    proc.terminate()
+    from testplane.oci import Registry
+
     try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    log.close()
+        reg = Registry(tmp_path_factory.mktemp("registry"))
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield reg.addr
+    reg.stop()

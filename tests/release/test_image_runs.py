@@ -13,13 +13,11 @@ Skipped, with the reason, where no Docker engine answers or the Debian base is n
 (`KIND_ENGINE=start ./hack/test.sh` or `python -m testplane.images python` builds it)."""
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import tarfile
-from pathlib import Path
 
 import pytest
 
@@ -56,37 +54,12 @@ pytestmark = pytest.mark.skipif(
     "image is not built (python -m testplane.images python)")
 
 
-def docker_archive_to_oci(archive: Path, out: Path) -> Path:
-    """A `docker save` tarball (one image) as an OCI image layout."""
-    (out / "blobs" / "sha256").mkdir(parents=True)
-
-    def put(data: bytes, media_type: str, **extra) -> dict:
-        digest = hashlib.sha256(data).hexdigest()
-        (out / "blobs" / "sha256" / digest).write_bytes(data)
-        return {"mediaType": media_type, "digest": f"sha256:{digest}", "size": len(data), **extra}
-
-    with tarfile.open(archive) as tar:
-        [entry] = json.loads(tar.extractfile("manifest.json").read())
-        config_bytes = tar.extractfile(entry["Config"]).read()
-        layers = [put(tar.extractfile(name).read(), "application/vnd.oci.image.layer.v1.tar")
-                  for name in entry["Layers"]]
-    config = json.loads(config_bytes)
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                "config": put(config_bytes, "application/vnd.oci.image.config.v1+json"),
-                "layers": layers}
-    top = put(json.dumps(manifest).encode(), "application/vnd.oci.image.manifest.v1+json",
-              platform={"os": config.get("os", "linux"),
-                        "architecture": config.get("architecture", "amd64")})
-    (out / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [top]}))
-    (out / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
-    return out
-
-
 @pytest.fixture(scope="module")
 def pulled(registry, tmp_path_factory):
     """(reference by digest, image-digest) of the release image on the Debian base, pulled
     by the Docker engine from the loopback registry."""
     from testplane import binaries
+    from testplane.oci import docker_archive_to_oci
 
     tmp = tmp_path_factory.mktemp("image-runs")
     saved = tmp / "base.tar"
