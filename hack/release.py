@@ -151,6 +151,23 @@ def export(sha: str, dest: Path, source: Path = ROOT) -> int:
     return int(run(["git", "log", "-1", "--format=%ct", sha], cwd=source).strip())
 
 
+def export_worktree(source: Path, dest: Path) -> tuple[int, str]:
+    """The work tree's files git would commit (tracked and untracked, not ignored), as they
+    are now, into ``dest``; (HEAD's commit time, HEAD's sha + '-dirty' when they differ).
+    For test builds of uncommitted changes (the kind tier), never for a release."""
+    listed = run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                 cwd=source)
+    for rel in sorted(set(filter(None, listed.split("\0")))):
+        src = source / rel
+        if src.is_file() and not src.is_symlink():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    sha = run(["git", "rev-parse", "HEAD"], cwd=source).strip()
+    dirty = run(["git", "status", "--porcelain"], cwd=source).strip()
+    epoch = int(run(["git", "log", "-1", "--format=%ct", sha], cwd=source).strip())
+    return epoch, sha + ("-dirty" if dirty else "")
+
+
 # -- versions -------------------------------------------------------------------------------
 
 def tree_versions(tree: Path) -> dict[str, str]:
@@ -599,7 +616,10 @@ def release(args: argparse.Namespace) -> Path:
     with tempfile.TemporaryDirectory(prefix="release-tree-") as tmp:
         tree = Path(tmp) / "tree"
         tree.mkdir()
-        epoch = export(sha, tree, source)
+        if args.worktree:
+            epoch, sha = export_worktree(source, tree)
+        else:
+            epoch = export(sha, tree, source)
         if os.environ.get("SOURCE_DATE_EPOCH"):
             epoch = int(os.environ["SOURCE_DATE_EPOCH"])
         check_versions(version, tree_versions(tree))
@@ -645,6 +665,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo", default=DEFAULT_REPO, help="GitHub owner/name (URLs, labels)")
     ap.add_argument("--helm", help="the helm binary (default: built by testplane.binaries)")
     ap.add_argument("--offline", action="store_true", help="use cached wheels only")
+    ap.add_argument("--worktree", action="store_true",
+                    help="build the work tree's files as they are (tests of uncommitted "
+                         "changes; the revision label gets -dirty), not the commit")
     ap.add_argument("-C", "--source", type=Path, default=ROOT,
                     help="the git repository to release from (default: this checkout)")
     ap.add_argument("--fetch", action="store_true",
