@@ -31,7 +31,10 @@ if ! command -v go >/dev/null 2>&1 && [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
   exit 1
 fi
 # kube-apiserver, etcd, CRDs, helm-controller, krew (each built once, then cached)
-.venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller notification-controller notification-crds krew validate-krew-manifest helm}
+.venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm notification-controller notification-crds registry crane actionlint}
+# the release tier (tests/release): the image's locked wheels and the dependencies' wheels, once
+.venv/bin/python hack/release.py --fetch
+.venv/bin/python hack/release.py --fetch --platforms linux/amd64 --base-python 3.11  # the Debian base
 
 # --- kind tier (issue 11): only when asked ------------------------------------------------
 # FLUX_PLUNGER_KIND_BUILD=1 (hack/test.sh sets it with KIND_ENGINE=start) builds what the kind

@@ -73,7 +73,7 @@ rm -rf "$data"
 mkdir -p "$data"
 report() { "$PY" -m coverage report --data-file="$1" "${@:2}"; }
 failed=()
-for tier in unit cli apiserver e2e kind; do
+for tier in unit cli apiserver e2e kind release; do
   echo "== $tier tier"
   started=${EPOCHREALTIME/,/.}
   set +e
@@ -106,7 +106,7 @@ done
 
 echo "== coverage of the package, every tier"
 tiers=()
-for tier in unit cli apiserver e2e kind; do
+for tier in unit cli apiserver e2e kind release; do
   [ -f "$data/$tier" ] && tiers+=("$data/$tier")
 done
 "$PY" -m coverage combine --keep --quiet --data-file="$data/all" "${tiers[@]}"

@@ -72,6 +72,13 @@ TARGETS = {
     "source-controller": Target("source-controller", "source-controller",
                                 "github.com/fluxcd/source-controller",
                                 "github.com/fluxcd/source-controller"),
+    # the release checks (hack/release.py, tests/release/): a real OCI registry, crane, actionlint
+    "registry": Target("registry", "registry", "github.com/distribution/distribution/v3",
+                       "github.com/distribution/distribution/v3/cmd/registry"),
+    "crane": Target("crane", "crane", "github.com/google/go-containerregistry",
+                    "github.com/google/go-containerregistry/cmd/crane"),
+    "actionlint": Target("actionlint", "actionlint", "github.com/rhysd/actionlint",
+                         "github.com/rhysd/actionlint/cmd/actionlint"),
 }
 
 # CRDs taken from module sources in the Go module cache: (module, version source, files).

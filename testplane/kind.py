@@ -137,8 +137,9 @@ def wait_until(predicate: Callable[[], object], timeout: float, what: str,
         time.sleep(interval)
 
 
-def kind_config(setup: Setup) -> str:
-    """The kind cluster config: patches only where this machine needs them."""
+def kind_config(setup: Setup, mirrors: dict[str, str] | None = None) -> str:
+    """The kind cluster config: patches only where this machine needs them; ``mirrors``
+    (registry name → http://host:port) become the node containerd's registry mirrors."""
     patches: list[str] = []
     if not Path("/sys/fs/cgroup/cgroup.controllers").exists():
         # cgroup v1 host: kubelet >= 1.35 refuses to start on it unless told
@@ -152,6 +153,10 @@ def kind_config(setup: Setup) -> str:
            "nodes": [{"role": "control-plane"}]}
     if patches:
         doc["kubeadmConfigPatches"] = patches
+    if mirrors:  # the release's image, pulled by digest from a registry the test started
+        doc["containerdConfigPatches"] = [
+            f'[plugins."io.containerd.grpc.v1.cri".registry.mirrors."{name}"]\n'
+            f'  endpoint = ["{endpoint}"]\n' for name, endpoint in sorted(mirrors.items())]
     return yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -171,6 +176,7 @@ class KindFlux:
         self.kubeconfig = workdir / "kubeconfig"
         self.timings = Timings()
         self._cluster = None
+        self.mirrors: dict[str, str] = {}   # set before start(): see kind_config
 
     # -- plumbing ---------------------------------------------------------------------------
 
@@ -240,7 +246,7 @@ class KindFlux:
 
         self.workdir.mkdir(parents=True, exist_ok=True)
         config = self.workdir / "kind.yaml"
-        config.write_text(kind_config(self.setup))
+        config.write_text(kind_config(self.setup, self.mirrors))
         started = time.monotonic()
         # a cluster of this name left by an interrupted run would be reused: start clean
         subprocess.run([str(self.setup.kind), "delete", "cluster", "--name", self.name],

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TIERS = ("unit", "cli", "apiserver", "e2e", "kind")
+TIERS = ("unit", "cli", "apiserver", "e2e", "kind", "release")
 
 
 def _tree_status() -> set[str] | None:

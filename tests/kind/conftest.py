@@ -43,10 +43,50 @@ def kind_setup() -> Setup:
         pytest.fail(f"cannot prepare the kind tier's binaries and images: {exc}", pytrace=False)
 
 
+# -- the release's registry (issue 21) ------------------------------------------------------
+# The controller runs hack/release.py's image and chart: pushed to a real distribution registry
+# the session starts, the chart installed with `helm upgrade --install oci://…`, the image
+# pulled by the node's containerd by digest through a mirror in the kind config.  The registry
+# listens on the Docker bridge's gateway: the node container reaches the host there (its
+# loopback is its own).  FLUX_PLUNGER_KIND_REGISTRY_HOST names another address.
+RELEASE_REGISTRY = "kfp-registry.local:5000"   # the name the image has in the cluster
+RELEASE_REPO = "cozystack/kubectl-flux-plunger"
+
+
+def _bridge_gateway() -> str:
+    """The Docker bridge's gateway (the host's address on it): IPAM's Gateway, or else the
+    subnet's first address, which is what dockerd gives docker0 (20.10 leaves Gateway out)."""
+    import ipaddress
+
+    proc = subprocess.run([images.docker_bin(), "network", "inspect", "bridge", "--format",
+                           "{{json .IPAM.Config}}"], capture_output=True, text=True, timeout=60)
+    configs = json.loads(proc.stdout or "null") if proc.returncode == 0 else None
+    if not configs:
+        raise KindError(f"cannot read the Docker bridge's IPAM config: {proc.stderr.strip()}")
+    cfg = configs[0]
+    return cfg.get("Gateway") or str(ipaddress.ip_network(cfg["Subnet"])[1])
+
+
 @pytest.fixture(scope="session")
-def kind_flux(kind_setup: Setup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindFlux]:
+def kind_registry(kind_setup: Setup, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """host:port of the distribution registry the node pulls the release image from."""
+    from testplane.oci import Registry
+
+    try:
+        host = os.environ.get("FLUX_PLUNGER_KIND_REGISTRY_HOST") or _bridge_gateway()
+        reg = Registry(tmp_path_factory.mktemp("kind-registry"), host=host)
+    except (KindError, RuntimeError) as exc:
+        pytest.fail(f"the release registry did not start: {exc}", pytrace=False)
+    yield reg.addr
+    reg.stop()
+
+
+@pytest.fixture(scope="session")
+def kind_flux(kind_setup: Setup, kind_registry: str,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[KindFlux]:
     work = tmp_path_factory.mktemp("kind")
     cluster = KindFlux(kind_setup, os.environ.get("FLUX_PLUNGER_KIND_CLUSTER", "flux-plunger"), work)
+    cluster.mirrors = {RELEASE_REGISTRY: f"http://{kind_registry}"}
     try:
         cluster.start()
     except (KindError, subprocess.TimeoutExpired) as exc:
@@ -85,15 +125,82 @@ def kcluster(kkube: Kube) -> Cluster:
     return Cluster(kkube)
 
 
+def _release_base(setup: Setup, tmp: Path) -> tuple[Path, str | None]:
+    """(OCI layout of the release image's base, its Python X.Y or None to read it from the
+    base): the local Debian python3 base in local-build mode, else the Containerfile's
+    python:3.12-slim digest pulled with crane."""
+    import re
+
+    from testplane import binaries
+    from testplane.oci import docker_archive_to_oci
+
+    if setup.local:
+        base = images.python_base_image()
+        saved = tmp / "base.tar"
+        images.docker("save", "-o", str(saved), base)
+        layout = docker_archive_to_oci(saved, tmp / "base")
+        saved.unlink()
+        pyver = images.docker("run", "--rm", "--entrypoint", "python3", base, "-c",
+                              "import sys; print('%d.%d' % sys.version_info[:2])").strip()
+        return layout, pyver
+    pinned = re.search(r"^ARG PYTHON_IMAGE=(\S+)$",
+                       (ROOT / "controller" / "Containerfile").read_text(), re.M)
+    assert pinned, "controller/Containerfile pins no PYTHON_IMAGE"
+    digest = pinned.group(1).split("@", 1)[1]
+    proc = subprocess.run([str(binaries.ensure("crane")), "pull", "--format=oci", "--platform",
+                           "linux/amd64", f"docker.io/library/python@{digest}", str(tmp / "base")],
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "HOME": str(tmp)})
+    if proc.returncode != 0:
+        raise KindError(f"crane pull of the base failed: {proc.stderr.strip()[-1500:]}")
+    return tmp / "base", None
+
+
 @pytest.fixture(scope="session")
-def plunger_image(kind_setup: Setup, kind_flux: KindFlux) -> str:
-    """controller/Containerfile built here (on the local Python base in local-build mode)
-    and loaded into the node."""
+def plunger_image(kind_setup: Setup, kind_flux: KindFlux, kind_registry: str,
+                  tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The release of this work tree (hack/release.py --worktree: its image and chart), pushed
+    to the session's registry with crane and helm push; the image's name in the cluster (by
+    tag; the chart pins its digest).  ``kind_flux.release`` says where the chart is."""
+    import sys
+
+    from testplane import binaries
+
     started = time.monotonic()
-    tag = images.plunger_image(kind_setup.python_image, wheels=kind_setup.local)
-    kind_flux.load(tag)
+    tmp = tmp_path_factory.mktemp("kind-release")
+    base, pyver = _release_base(kind_setup, tmp)
+    version = "v" + __import__("kubectl_flux_plunger").__version__
+    dist = tmp / "dist"
+    env = {**os.environ, "HOME": str(tmp / "home"), "DOCKER_CONFIG": str(tmp / "docker"),
+           "HELM_CACHE_HOME": str(tmp / "helm-cache"), "HELM_CONFIG_HOME": str(tmp / "helm-config"),
+           "HELM_DATA_HOME": str(tmp / "helm-data"),
+           "FLUX_PLUNGER_TESTBIN_CACHE": str(binaries.cache_root())}
+    argv = [sys.executable, str(ROOT / "hack" / "release.py"), "--version", version, "--worktree",
+            "--out", str(dist), "--base-image", str(base), "--platforms", "linux/amd64",
+            "--image", f"{RELEASE_REGISTRY}/{RELEASE_REPO}",
+            *(["--base-python", pyver] if pyver else []), *(["--offline"] if kind_setup.local else [])]
+
+    def run(*cmd: str) -> str:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=tmp)
+        if proc.returncode != 0:
+            pytest.fail(f"{' '.join(cmd[:3])} failed: {(proc.stderr or proc.stdout)[-2000:]}",
+                        pytrace=False)
+        return proc.stdout + proc.stderr
+
+    run(*argv)
+    layout = tmp / "layout"
+    import tarfile
+    with tarfile.open(dist / f"kubectl-flux-plunger-{version}.oci.tar") as tar:
+        tar.extractall(layout, filter="data")
+    run(str(binaries.ensure("crane")), "push", "--insecure", str(layout),
+        f"{kind_registry}/{RELEASE_REPO}:{version}")
+    chart = dist / f"flux-plunger-{version.lstrip('v')}.tgz"
+    run(str(kind_flux.setup.helm), "push", str(chart), f"oci://{kind_registry}/charts", "--plain-http")
+    kind_flux.release = {"chart": f"oci://{kind_registry}/charts/flux-plunger",  # type: ignore[attr-defined]
+                         "version": version.lstrip("v"),
+                         "digest": (dist / "image-digest.txt").read_text().strip()}
     _record("plunger_image", {"build_and_load_s": round(time.monotonic() - started, 1)})
-    return tag
+    return f"{RELEASE_REGISTRY}/{RELEASE_REPO}:{version}"
 
 
 # -- releases -------------------------------------------------------------------------------
@@ -226,12 +333,20 @@ def helm_plunger(kind_flux: KindFlux, plunger_image: str, kind_setup: Setup) -> 
 
 
 def helm_install(kind_flux: KindFlux, image: str, setup: Setup, *extra: str) -> None:
-    """`helm upgrade --install` of the chart with this tier's image (the uninstall hook runs
-    the same image) and the shortest grace period the chart allows."""
+    """`helm upgrade --install oci://…` of the release's chart from the session's registry
+    (its values pin the image by digest; the uninstall hook runs the same image) with the
+    shortest grace period the chart allows."""
     repo, _, tag = image.rpartition(":")
-    args = ["upgrade", "--install", "flux-plunger", str(CHART), "-n", PLUNGER_NS,
-            "--create-namespace", "--set", f"image.repository={repo}", "--set", f"image.tag={tag}",
-            "--set", f"shutdownGracePeriodSeconds={GRACE}"]
+    registry, _, repository = repo.partition("/")
+    release = kind_flux.release  # type: ignore[attr-defined]
+    # a namespace an earlier test deleted (kustomize's, --wait=false) must be gone first
+    wait_until(lambda: (kind_flux.get_json("namespace", PLUNGER_NS) or {}).get(
+                   "status", {}).get("phase", "Active") == "Active", 180,
+               f"namespace {PLUNGER_NS} to finish terminating")
+    args = ["upgrade", "--install", "flux-plunger", release["chart"], "--version",
+            release["version"], "--plain-http", "-n", PLUNGER_NS, "--create-namespace",
+            "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
+            "--set", f"image.tag={tag}", "--set", f"shutdownGracePeriodSeconds={GRACE}"]
     kind_flux.helm(*args, *extra)
 
 

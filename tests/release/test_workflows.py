@@ -1,0 +1,62 @@
+"""The GitHub workflows (.github/workflows/ci.yml, release.yml) pass actionlint v1.7.12
+(built from its Go module): syntax, expressions, job dependencies, action inputs, runner
+labels.  Also: the release workflow runs hack/release.py and publishes what the krew manifest
+names, and ci.yml runs the README's test command."""
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from testplane import binaries
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / ".github" / "workflows"
+
+
+def test_actionlint_accepts_the_workflows(tmp_path):
+    files = sorted(WORKFLOWS.glob("*.yml"))
+    assert [f.name for f in files] == ["ci.yml", "release.yml"]
+    proc = subprocess.run([str(binaries.ensure("actionlint")), "-no-color",
+                           *[str(f) for f in files]], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_actionlint_fails_a_broken_workflow(tmp_path):
+    bad = tmp_path / ".github" / "workflows" / "bad.yml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("on: push\njobs:\n  a:\n    runs-on: ubuntu-24.04\n    needs: nothing\n"
+                   "    steps:\n      - run: echo ${{ github.nosuchthing }}\n")
+    proc = subprocess.run([str(binaries.ensure("actionlint")), "-no-color", str(bad)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 1
+    assert "nothing" in proc.stdout and "nosuchthing" in proc.stdout
+
+
+def test_ci_runs_the_readme_test_command_and_release_builds_with_hack_release():
+    readme = (ROOT / "README.md").read_text()
+    assert "./hack/test.sh     # set-up + the whole test suite" in readme
+    ci = yaml.safe_load((WORKFLOWS / "ci.yml").read_text())
+    runs = [s.get("run", "") for s in ci["jobs"]["test"]["steps"]]
+    assert "./hack/test.sh" in runs
+    release = yaml.safe_load((WORKFLOWS / "release.yml").read_text())
+    steps = "\n".join(s.get("run", "") for job in release["jobs"].values() for s in job["steps"])
+    assert 'hack/release.py "$GITHUB_REF_NAME"' in steps
+    assert 'gh release create "$GITHUB_REF_NAME" dist/* ' in steps  # the krew archive's uri
+    uses = {s.get("uses", "").split("@")[0] for job in release["jobs"].values()
+            for s in job["steps"]}
+    assert "pypa/gh-action-pypi-publish" in uses
+    assert release["jobs"]["pypi"]["permissions"] == {"id-token": "write"}
+
+
+def test_release_pulls_the_base_the_containerfile_pins():
+    import re
+
+    pinned = re.search(r"^ARG PYTHON_IMAGE=python:3\.12-slim@(sha256:[0-9a-f]{64})$",
+                       (ROOT / "controller" / "Containerfile").read_text(), re.M)
+    assert pinned
+    release = yaml.safe_load((WORKFLOWS / "release.yml").read_text())
+    assert release["env"]["BASE_IMAGE"] == f"docker.io/library/python@{pinned.group(1)}"
