@@ -14,6 +14,24 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 TIERS = ("unit", "cli", "apiserver", "e2e", "kind")
 
+# Every test gets its own $XDG_CACHE_HOME (below), so what flux-plunger remembers about a
+# server (kubectl_flux_plunger/servers.py) never leaks from one test into the next, nor into
+# the user's ~/.cache.  What the tests themselves keep there stays where it is: the built
+# test binaries and Go's build cache.
+if "FLUX_PLUNGER_TESTBIN_CACHE" not in os.environ:
+    from testplane.binaries import cache_root
+
+    os.environ["FLUX_PLUNGER_TESTBIN_CACHE"] = str(cache_root())
+if "GOCACHE" not in os.environ and sys.platform.startswith("linux"):
+    os.environ["GOCACHE"] = os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "go-build")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path_factory, monkeypatch):
+    """A fresh user cache directory for the test and every process it starts."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
