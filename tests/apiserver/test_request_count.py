@@ -3,6 +3,9 @@
 and the WATCH the recovery waits on are one request (a watch-list)."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from testplane.cluster import Cluster, SimulatedHelmController
@@ -151,6 +154,88 @@ def test_a_server_without_watch_lists_is_read_with_a_get(plane_without_watch_lis
                     ("delete", "secrets", 200), ("create", "events", 201),
                     ("patch", "helmreleases", 200)], sent
     assert "sendInitialEvents=true" not in events[4]["requestURI"]
+
+
+def _sent(plane, mark, watches: int) -> list[tuple[str, str | None, int]]:
+    """(verb, resource, code) of what the CLI sent since ``mark``, by arrival, once the
+    ``watches`` WATCHes' audit lines (written at their end) are in."""
+    wait_for(lambda: sum(ev["verb"] == "watch" for ev in plane.audit_events(
+        since=mark, user_agent=UA)) == watches, 10, f"{watches} WATCHes' audit lines")
+    events = sorted(plane.audit_events(since=mark, user_agent=UA),
+                    key=lambda ev: ev["requestReceivedTimestamp"])
+    return [(ev["verb"], (ev.get("objectRef") or {}).get("resource"),
+             ev["responseStatus"]["code"]) for ev in events]
+
+
+def test_a_refused_watch_list_is_remembered_so_the_next_run_sends_nine(
+        plane_without_watch_lists, tmp_path):
+    """Issue 19: only the first run against a server without watch-lists pays for the
+    refusal; it is remembered per server under the user's cache directory, so the next
+    ``recover -n NS NAME`` sends 9 requests (was 10: the refused WATCH every time)."""
+    import os
+
+    p = plane_without_watch_lists
+    admin = p.kube()
+    cluster = Cluster(admin)
+    ns, lease_ns = cluster.namespace(), cluster.namespace("lease")
+    stuck_release(cluster, ns, "one")
+    stuck_release(cluster, ns, "two")
+    servers_dir = Path(os.environ["XDG_CACHE_HOME"]) / "kubectl-flux-plunger" / "servers"
+    hc_kube = p.kube(user_agent="simulated-helm-controller")   # not counted
+    try:
+        with SimulatedHelmController(Cluster(hc_kube), ns):
+            mark = p.audit_mark()
+            first = run_cli("recover", "-n", ns, "one", "--lease-namespace", lease_ns,
+                            kubeconfig=p.kubeconfig)
+            assert first.code == 0 and "recovered" in first.out, first
+            assert ("watch", "helmreleases", 422) in _sent(p, mark, 2)
+            remembered = [json.loads(f.read_text()) for f in servers_dir.iterdir()]
+            assert [(m["server"], m["watchList"]) for m in remembered] == [
+                (f"https://127.0.0.1:{p.port}", False)], remembered
+            mark = p.audit_mark()
+            second = run_cli("recover", "-n", ns, "two", "--lease-namespace", lease_ns,
+                             kubeconfig=p.kubeconfig)
+            assert second.code == 0 and "recovered" in second.out, second
+            sent = _sent(p, mark, 1)
+    finally:
+        hc_kube.close()
+        admin.close()
+    assert sent == [("get", "leases", 404),
+                    ("get", "helmreleases", 200),         # no watch-list tried
+                    ("list", "secrets", 200),
+                    ("watch", "helmreleases", 200),       # from the GET's resourceVersion
+                    ("patch", "helmreleases", 200), ("patch", "helmreleases", 200),
+                    ("delete", "secrets", 200), ("create", "events", 201),
+                    ("patch", "helmreleases", 200)], sent
+
+
+def test_serve_on_a_server_remembered_without_watch_lists_recovers_in_eight(
+        plane_without_watch_lists, tmp_path):
+    """Issue 19: a serve started after a run learnt that the server has no watch-lists
+    reads with a GET from its first recovery on: 8 requests about the release (the GET,
+    LIST, WATCH, acquire, record, DELETE, Event, relinquish), no refused WATCH."""
+    from .test_serve_support import recovered
+
+    p = plane_without_watch_lists
+    admin = p.kube()
+    cluster = Cluster(admin)
+    ns, lease_ns = cluster.namespace(), cluster.namespace("lease")
+    stuck_release(cluster, ns, "first")
+    hc_kube = p.kube(user_agent="simulated-helm-controller")
+    try:
+        with SimulatedHelmController(Cluster(hc_kube), ns):
+            learnt = run_cli("recover", "-n", ns, "first", "--lease-namespace", lease_ns,
+                             kubeconfig=p.kubeconfig)
+            assert learnt.code == 0 and "recovered" in learnt.out, learnt
+            counted = CountedServe(p, cluster, ns, tmp_path)
+            counted.mark()
+            stuck_release(cluster, ns)
+            about = counted.about("demo", lambda: recovered(cluster, ns, "demo"))
+    finally:
+        hc_kube.close()
+        admin.close()
+    assert about == [("get", "helmreleases"), ("list", "secrets"), ("watch", "helmreleases"),
+                     *SEVEN[2:]], about
 
 
 class CountedServe:
