@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'a5477892'
+FINGERPRINT = '9ab8b6d5'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -210,6 +210,8 @@ def status_item(r: Any) -> dict[str, Any]:
             "cluster": getattr(r, "cluster", "local"),
         },
         "message": _null(r.note),
+        # while recovering: {"since": RFC 3339, "by": "controller ID" | "a one-shot run"}
+        **({"hold": r.hold} if getattr(r, "hold", None) else {}),
     }
 
 
