@@ -27,7 +27,12 @@ TTL = 4 * 3600.0  # seconds a remembered "no watch-lists" holds before it is pro
 
 
 def cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/kubectl-flux-plunger/servers``, else under ``~/.cache``; a
+    relative path (no HOME and no passwd entry: ``~`` stays ``~``) is never used, so no
+    directory appears in whatever the working directory is."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):
+        base = os.devnull  # nothing can be made under it: no memory
     return Path(base) / "kubectl-flux-plunger" / "servers"
 
 

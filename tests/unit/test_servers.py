@@ -51,6 +51,15 @@ def test_the_cache_lives_under_xdg_cache_home_else_home(tmp_path, monkeypatch):
     assert servers.cache_dir() == tmp_path / "home" / ".cache" / "kubectl-flux-plunger" / "servers"
 
 
+def test_no_home_means_no_cache_rather_than_one_in_the_working_directory(tmp_path,
+                                                                         monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")
+    monkeypatch.chdir(tmp_path)
+    f = servers.server_file("https://h", b"")
+    assert servers.remember_watch_lists_refused(f, "https://h") is False
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_one_file_per_server_url_and_ca():
     a = servers.server_file("https://10.0.0.1:6443", b"ca-a")
     assert a == servers.server_file("https://10.0.0.1:6443", b"ca-a")
