@@ -61,6 +61,17 @@ def plane(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def flux_binary() -> Path:
+    """The real Flux CLI (v2.9.5, built from its Go module by testplane.binaries)."""
+    from testplane import binaries
+
+    try:
+        return binaries.ensure("flux")
+    except binaries.BuildError as exc:
+        pytest.fail(f"cannot build the real flux CLI: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
 def remote_plane(tmp_path_factory):
     """A second real control plane: the remote cluster of ``spec.kubeConfig`` releases
     (no Flux CRDs: only Helm storage lives there)."""
