@@ -258,7 +258,8 @@ class ControlPlane:
         k = self.kube(user_agent="testplane-probe")
         try:
             resp = k.open_watch("/api/v1/namespaces", {
-                "fieldSelector": "metadata.name=default", "sendInitialEvents": "true",
+                "watch": "true", "fieldSelector": "metadata.name=default",
+                "sendInitialEvents": "true",
                 "resourceVersionMatch": "NotOlderThan", "allowWatchBookmarks": "true",
                 "timeoutSeconds": "1"})
             resp.close()

@@ -122,6 +122,19 @@ def pytest_runtest_makereport(item, call):
     setattr(item, f"rep_{rep.when}", rep)
 
 
+# What a process logs when a server refuses its first watch-list (Kubernetes 1.33: WatchList
+# off).  The apiserver's 422 names the field error type "Forbidden", though no permission was
+# refused, so the log checks for Forbidden answers tell this one line apart — and assert it
+# is there exactly when the server has no watch-lists.
+NO_WATCH_LISTS_LOG = ("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch "
+                      "unless the WatchList feature gate is enabled): reading with GET")
+
+
+def no_watch_lists_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines()
+            if "the server does not serve watch-lists (" in line and NO_WATCH_LISTS_LOG in line]
+
+
 class CLIResult:
     def __init__(self, proc: subprocess.CompletedProcess):
         self.code = proc.returncode
