@@ -113,7 +113,11 @@ compat=(
 )
 for run in "${compat[@]}"; do
   read -r tier version <<<"$run"
-  echo "== $tier tier on ${version#*=} (${version%%=*})"
+  case $version in
+    FLUX_PLUNGER_KUBE_VERSION=*) component=kube-apiserver ;;
+    *) component=helm-controller ;;
+  esac
+  echo "== $tier tier on $component ${version#*=}"
   started=${EPOCHREALTIME/,/.}
   set +e
   env "$version" "$PY" -m pytest "tests/$tier" -m "$tier" -p no:cacheprovider -q
@@ -122,7 +126,7 @@ for run in "${compat[@]}"; do
   [ "$rc" -eq 5 ] && no_tests "$tier"
   [ "$rc" -ne 0 ] && failed+=("$tier@${version#*=}")
   took=$(awk -v a="$started" -v b="${EPOCHREALTIME/,/.}" 'BEGIN { printf "%.1f", b - a }')
-  echo "compatibility: $tier tier on ${version#*=} took ${took}s"
+  echo "compatibility: $tier tier on $component ${version#*=} took ${took}s"
 done
 # --- end compatibility stage ----------------------------------------------------------------
 
