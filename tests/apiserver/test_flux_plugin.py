@@ -15,6 +15,7 @@ plugin host that need no cluster are in tests/cli/test_flux_cli.py.
 """
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -238,6 +239,16 @@ def test_flux_resume_landing_mid_recovery_stops_it_before_any_delete(flux_binary
         eventually(lambda: ownership.owns_suspend(cluster.get(ns, "demo"))
                    and cluster.get(ns, "demo")["spec"].get("suspend"), 30,
                    "the recovery holding the release")
+        # status shows the hold: recovering, since our Apply, by this one-shot run
+        shown = subprocess.run([sys.executable, "-m", "kubectl_flux_plunger", "status", "-n", ns,
+                                "demo", "-o", "json", "--lease-namespace", lease_ns],
+                               capture_output=True, text=True, env=env, timeout=60)
+        assert shown.returncode == 0, shown
+        (item,) = json.loads(shown.stdout)["items"]
+        ours = [e for e in cluster.get(ns, "demo")["metadata"]["managedFields"]
+                if e["manager"] == C.FIELD_MANAGER and e["operation"] == "Apply"]
+        assert item["state"] == "recovering", item
+        assert item["hold"] == {"since": ours[0]["time"], "by": "a one-shot run"}, item
         resumed_at = time.monotonic()
         res = _real_flux(flux_binary, {"PATH": SYSTEM_PATH, "HOME": str(tmp_path / "home")},
                          "resume", "helmrelease", "demo", "-n", ns, "--wait=false",
