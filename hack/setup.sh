@@ -36,6 +36,12 @@ fi
 .venv/bin/python hack/release.py --fetch
 .venv/bin/python hack/release.py --fetch --platforms linux/amd64 --base-python 3.11  # the Debian base
 
+# the older versions hack/test.sh's compatibility stage runs on (issue 19), and the real flux
+# CLI (the cli tier's plugin host)
+FLUX_PLUNGER_KUBE_VERSION=v1.33.13 .venv/bin/python -m testplane.binaries kube-apiserver
+FLUX_PLUNGER_HELM_CONTROLLER_VERSION=v1.4.3 .venv/bin/python -m testplane.binaries helm-controller crds
+.venv/bin/python -m testplane.binaries flux
+
 # --- kind tier (issue 11): only when asked ------------------------------------------------
 # FLUX_PLUNGER_KIND_BUILD=1 (hack/test.sh sets it with KIND_ENGINE=start) builds what the kind
 # tier runs on a machine that cannot pull images: kind, crictl, the Kubernetes node binaries

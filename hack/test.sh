@@ -115,6 +115,35 @@ if ! report "$data/all" --fail-under="$TOTAL_FLOOR"; then
   failed+=("total-coverage")
 fi
 
+# --- compatibility stage (issue 19) -------------------------------------------------------
+# The tiers that run real Kubernetes or Flux components, again on the older versions operators
+# run (hack/setup.sh builds them): the e2e tier on helm-controller v1.4.3 (the Flux 2.7 line),
+# the apiserver and e2e tiers on kube-apiserver v1.33.13 (no watch-lists).  No coverage is
+# collected here: the floors above are for the default run.
+compat=(
+  "e2e FLUX_PLUNGER_HELM_CONTROLLER_VERSION=v1.4.3"
+  "apiserver FLUX_PLUNGER_KUBE_VERSION=v1.33.13"
+  "e2e FLUX_PLUNGER_KUBE_VERSION=v1.33.13"
+)
+for run in "${compat[@]}"; do
+  read -r tier version <<<"$run"
+  case $version in
+    FLUX_PLUNGER_KUBE_VERSION=*) component=kube-apiserver ;;
+    *) component=helm-controller ;;
+  esac
+  echo "== $tier tier on $component ${version#*=}"
+  started=${EPOCHREALTIME/,/.}
+  set +e
+  env "$version" "$PY" -m pytest "tests/$tier" -m "$tier" -p no:cacheprovider -q
+  rc=$?
+  set -e
+  [ "$rc" -eq 5 ] && no_tests "$tier"
+  [ "$rc" -ne 0 ] && failed+=("$tier@${version#*=}")
+  took=$(awk -v a="$started" -v b="${EPOCHREALTIME/,/.}" 'BEGIN { printf "%.1f", b - a }')
+  echo "compatibility: $tier tier on $component ${version#*=} took ${took}s"
+done
+# --- end compatibility stage ----------------------------------------------------------------
+
 tree_check || failed+=("clean-tree")
 
 if [ "${#failed[@]}" -gt 0 ]; then

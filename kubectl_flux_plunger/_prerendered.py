@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'f806d44f'
+FINGERPRINT = '280d82e9'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 from urllib.parse import quote, urlencode
 
 from . import constants as C
+from . import servers
 from .objects import Obj
 
 if TYPE_CHECKING:
@@ -474,8 +475,12 @@ class Kube:
         self.request_timeout = request_timeout
         self.dry_run = dry_run
         # the server answers watch-lists (sendInitialEvents; WatchList, on by default
-        # since Kubernetes 1.34); cleared on the first 400/422 to one
-        self.watch_list = True
+        # since Kubernetes 1.34); cleared on the first 400/422 to one.  A refusal is
+        # remembered per server for a while (servers.py): loaded here, saved on the flip.
+        self._server_file = servers.server_file(
+            str(configuration.host), servers.read_ca(getattr(configuration, "ssl_ca_cert", None))
+        )
+        self._watch_list = not servers.watch_lists_refused(self._server_file)
         self.watch_list_misses = 0  # watch-lists in a row that gave no state
         self.stats = Stats()
         self.before_request: Callable[[str, str], object] | None = None
@@ -509,6 +514,19 @@ class Kube:
     @property
     def host(self) -> str:
         return self._cfg.host
+
+    @property
+    def watch_list(self) -> bool:
+        """Whether to read with a watch-list; False once this server refused one (now, or
+        in a run less than ``servers.TTL`` ago)."""
+        return self._watch_list
+
+    @watch_list.setter
+    def watch_list(self, value: bool) -> None:
+        flipped = self._watch_list and not value
+        self._watch_list = value
+        if flipped:
+            servers.remember_watch_lists_refused(self._server_file, str(self._cfg.host))
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -8,6 +8,12 @@ finds the cached binary and builds nothing.
 ``KUBEBUILDER_ASSETS`` (a directory holding envtest's ``kube-apiserver`` and
 ``etcd``) short-cuts the two control-plane builds.
 
+Versions (issue 19): ``hack/testbin/<wrapper>/`` pins the default (newest) version; an older
+supported one has its own wrapper ``hack/testbin/<wrapper>-<version>/``, made from that
+version's own requirements and replace directives.  ``FLUX_PLUNGER_KUBE_VERSION`` chooses
+the kube-apiserver, ``FLUX_PLUNGER_HELM_CONTROLLER_VERSION`` the helm-controller (and the
+Flux CRDs the tests install, which follow it); unset means the default.
+
 Run ``python -m testplane.binaries [NAME ...]`` to build and print the paths.
 """
 from __future__ import annotations
@@ -38,6 +44,9 @@ class Target:
     module: str        # module whose version keys the cache
     package: str       # package to build
     ldflags: tuple[str, ...] = ()
+    # built from a writable copy of ``module`` with this placeholder file written into it
+    # (flux's cmd/flux embeds generated manifests absent from the module zip)
+    placeholder: str = ""
 
 
 def _k8s_ldflags(version: str) -> tuple[str, ...]:
@@ -79,6 +88,17 @@ TARGETS = {
                     "github.com/google/go-containerregistry/cmd/crane"),
     "actionlint": Target("actionlint", "actionlint", "github.com/rhysd/actionlint",
                          "github.com/rhysd/actionlint/cmd/actionlint"),
+    # the Flux CLI as a plugin host (tests/cli); only `flux install` reads the embedded
+    # manifests, so one placeholder stands in for them
+    "flux": Target("flux", "flux", "github.com/fluxcd/flux2/v2", "github.com/fluxcd/flux2/v2/cmd/flux",
+                   ldflags=("-X main.VERSION={bare}",),
+                   placeholder="cmd/flux/manifests/placeholder.yaml"),
+}
+
+# wrapper directory -> the environment variable choosing its version (issue 19)
+VERSION_ENV = {
+    "kube-apiserver": "FLUX_PLUNGER_KUBE_VERSION",
+    "helm-controller": "FLUX_PLUNGER_HELM_CONTROLLER_VERSION",
 }
 
 # CRDs taken from module sources in the Go module cache: (module, version source, files).
@@ -126,13 +146,47 @@ def module_version(wrapper: str, module: str) -> str:
     return m.group(1)
 
 
+def supported_versions(wrapper: str, module: str) -> dict[str, str]:
+    """Version -> wrapper directory, for every committed wrapper of ``wrapper``."""
+    out = {module_version(wrapper, module): wrapper}
+    for d in sorted(WRAPPERS.glob(f"{wrapper}-v*")):
+        if (d / "go.mod").is_file():
+            out[module_version(d.name, module)] = d.name
+    return out
+
+
+def chosen_wrapper(wrapper: str, module: str) -> str:
+    """The wrapper directory for the version the environment chooses (VERSION_ENV), the
+    default one when it chooses none; an unsupported version is a BuildError."""
+    env = VERSION_ENV.get(wrapper)
+    wanted = os.environ.get(env, "").strip() if env else ""
+    if not wanted:
+        return wrapper
+    versions = supported_versions(wrapper, module)
+    found = versions.get("v" + wanted.lstrip("v"))
+    if found is None:
+        raise BuildError(f"{env}={wanted} is not a supported version; "
+                         f"supported: {', '.join(sorted(versions))} (hack/testbin/{wrapper}*/)")
+    return found
+
+
+def wrapper_of(target: Target) -> str:
+    return chosen_wrapper(target.wrapper, target.module)
+
+
+def version(name: str) -> str:
+    """The version of binary ``name`` the environment chooses (the default without one)."""
+    target = TARGETS[name]
+    return module_version(wrapper_of(target), target.module)
+
+
 def _go_version() -> str:
     out = subprocess.run([_go(), "env", "GOVERSION"], capture_output=True, text=True, check=True)
     return out.stdout.strip()
 
 
 def cache_dir_for(target: Target) -> Path:
-    version = module_version(target.wrapper, target.module)
+    version = module_version(wrapper_of(target), target.module)
     arch = f"{platform.system().lower()}-{platform.machine().lower()}"
     return cache_root() / f"{target.name}-{version}-{_go_version()}-{arch}"
 
@@ -158,22 +212,51 @@ def ensure(name: str, log=sys.stderr) -> Path:
     if binary.is_file():
         return binary
     out_dir.mkdir(parents=True, exist_ok=True)
+    wrapper = wrapper_of(target)
+    version = module_version(wrapper, target.module)
     ldflags = ["-s", "-w"]
     if target.module == "k8s.io/kubernetes":
-        ldflags += list(_k8s_ldflags(module_version(target.wrapper, target.module)))
+        ldflags += list(_k8s_ldflags(version))
+    ldflags += [f.format(bare=version.lstrip("v")) for f in target.ldflags]
     tmp = out_dir / f".{name}.tmp{os.getpid()}"
     cmd = [_go(), "build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(tmp), target.package]
-    print(f"building {name} ({target.module} {module_version(target.wrapper, target.module)}) "
-          f"into {out_dir} ...", file=log, flush=True)
+    print(f"building {name} ({target.module} {version}) into {out_dir} ...", file=log, flush=True)
     started = time.monotonic()
-    proc = subprocess.run(cmd, cwd=WRAPPERS / target.wrapper, env=_go_env(),
-                          capture_output=True, text=True)
+    cwd = WRAPPERS / wrapper
+    src = None
+    if target.placeholder:
+        src = out_dir / f".src{os.getpid()}"
+        cwd = _writable_copy(target, wrapper, version, src)
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=_go_env(), capture_output=True, text=True)
+    finally:
+        if src is not None:
+            shutil.rmtree(src, ignore_errors=True)
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
         raise BuildError(f"building {name} from {target.module} failed:\n{tail}")
     tmp.rename(binary)
     print(f"built {name} in {time.monotonic() - started:.0f}s", file=log, flush=True)
     return binary
+
+
+def _writable_copy(target: Target, wrapper: str, version: str, src: Path) -> Path:
+    """A build directory: the wrapper's go.mod/go.sum replacing ``target.module`` by a
+    writable copy of its source with ``target.placeholder`` written in; returns it."""
+    shutil.rmtree(src, ignore_errors=True)
+    src.mkdir(parents=True)
+    for f in ("go.mod", "go.sum"):
+        shutil.copyfile(WRAPPERS / wrapper / f, src / f)
+    copy = src / "module"
+    shutil.copytree(module_dir(target.module, wrapper, version), copy)
+    for d, _, _ in os.walk(copy):
+        os.chmod(d, 0o755)
+    placeholder = copy / target.placeholder
+    placeholder.parent.mkdir(parents=True, exist_ok=True)
+    placeholder.write_text("# placeholder: the real manifests are generated, not in the module\n")
+    subprocess.run([_go(), "mod", "edit", f"-replace={target.module}=./module"], cwd=src,
+                   env=_go_env(), check=True)
+    return src
 
 
 def module_dir(module: str, wrapper: str, version: str | None = None) -> Path:
@@ -194,25 +277,30 @@ def module_dir(module: str, wrapper: str, version: str | None = None) -> Path:
     return Path(info["Dir"])
 
 
-def source_controller_version() -> str:
+def source_controller_version(wrapper: str = "helm-controller") -> str:
     """The source-controller release matching helm-controller's source API requirement."""
-    text = (WRAPPERS / "helm-controller" / "go.sum").read_text()
+    text = (WRAPPERS / wrapper / "go.sum").read_text()
     versions = re.findall(r"^github\.com/fluxcd/source-controller/api (v[\d.]+) ", text, re.M)
     if not versions:
-        raise BuildError("hack/testbin/helm-controller/go.sum has no source-controller/api entry")
+        raise BuildError(f"hack/testbin/{wrapper}/go.sum has no source-controller/api entry")
     return versions[-1]
 
 
 def crd_dir() -> Path:
-    """A cached directory holding the Flux CRD YAMLs the tests install."""
-    hc = module_version("helm-controller", "github.com/fluxcd/helm-controller")
-    out = cache_root() / f"crds-{hc}-{source_controller_version()}"
+    """A cached directory holding the Flux CRD YAMLs the tests install: those of the
+    helm-controller version chosen (FLUX_PLUNGER_HELM_CONTROLLER_VERSION) and of the
+    source-controller its source API matches."""
+    wrapper = wrapper_of(TARGETS["helm-controller"])
+    hc = module_version(wrapper, "github.com/fluxcd/helm-controller")
+    sc = source_controller_version(wrapper)
+    out = cache_root() / f"crds-{hc}-{sc}"
     wanted = [f for files in CRD_SOURCES.values() for f in files]
     if all((out / f).is_file() for f in wanted):
         return out
     out.mkdir(parents=True, exist_ok=True)
     for module, files in CRD_SOURCES.items():
-        src = module_dir(module, "helm-controller") / "config" / "crd" / "bases"
+        src = module_dir(module, wrapper, hc if module.endswith("helm-controller") else sc) \
+            / "config" / "crd" / "bases"
         for f in files:
             if not (src / f).is_file():
                 raise BuildError(f"{module} has no CRD {f} under config/crd/bases")

@@ -166,7 +166,7 @@ class HelmController:
 
     @property
     def version(self) -> str:
-        return binaries.module_version("helm-controller", "github.com/fluxcd/helm-controller")
+        return binaries.version("helm-controller")
 
 
 def break_release(kube, namespace: str, release: str, status: str = "uninstalling") -> str:

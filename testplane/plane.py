@@ -10,6 +10,7 @@ With ``FLUX_PLUNGER_TEST_KUBECONFIG`` set, ``existing()`` wraps that cluster ins
 """
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import socket
@@ -245,6 +246,30 @@ class ControlPlane:
         req = urllib.request.Request(f"https://127.0.0.1:{self.port}{path}")
         with urllib.request.urlopen(req, context=self.ssl_context(), timeout=5) as r:
             return json.loads(r.read())
+
+    @functools.cached_property
+    def watch_lists(self) -> bool:
+        """Whether this apiserver serves watch-lists (``sendInitialEvents``; the WatchList
+        feature, on by default from Kubernetes 1.34): asked of the server itself, once —
+        one short watch-list of the ``default`` namespace, 200 or refused (400/422).  The
+        tests that assert exact request sequences assert the one for this answer."""
+        from kubectl_flux_plunger.kube import KubeError
+
+        k = self.kube(user_agent="testplane-probe")
+        try:
+            resp = k.open_watch("/api/v1/namespaces", {
+                "watch": "true", "fieldSelector": "metadata.name=default",
+                "sendInitialEvents": "true",
+                "resourceVersionMatch": "NotOlderThan", "allowWatchBookmarks": "true",
+                "timeoutSeconds": "1"})
+            resp.close()
+            return True
+        except KubeError as exc:
+            if exc.status in (400, 422):
+                return False
+            raise
+        finally:
+            k.close()
 
     def stop_apiserver(self) -> None:
         if self.apiserver:

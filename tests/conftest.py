@@ -58,6 +58,24 @@ def pytest_sessionfinish(session, exitstatus):
               f"in the work tree (git status --porcelain):\n  {shown}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
+# Every test gets its own $XDG_CACHE_HOME (below), so what flux-plunger remembers about a
+# server (kubectl_flux_plunger/servers.py) never leaks from one test into the next, nor into
+# the user's ~/.cache.  What the tests themselves keep there stays where it is: the built
+# test binaries and Go's build cache.
+if "FLUX_PLUNGER_TESTBIN_CACHE" not in os.environ:
+    from testplane.binaries import cache_root
+
+    os.environ["FLUX_PLUNGER_TESTBIN_CACHE"] = str(cache_root())
+if "GOCACHE" not in os.environ and sys.platform.startswith("linux"):
+    os.environ["GOCACHE"] = os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "go-build")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_dir(tmp_path_factory, monkeypatch):
+    """A fresh user cache directory for the test and every process it starts."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
@@ -87,6 +105,17 @@ def plane(tmp_path_factory):
         pytest.fail(f"cannot start the real control plane: {exc}", pytrace=False)
     yield cp
     cp.stop()
+
+
+@pytest.fixture(scope="session")
+def flux_binary() -> Path:
+    """The real Flux CLI (v2.9.5, built from its Go module by testplane.binaries)."""
+    from testplane import binaries
+
+    try:
+        return binaries.ensure("flux")
+    except binaries.BuildError as exc:
+        pytest.fail(f"cannot build the real flux CLI: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -138,6 +167,19 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     rep = outcome.get_result()
     setattr(item, f"rep_{rep.when}", rep)
+
+
+# What a process logs when a server refuses its first watch-list (Kubernetes 1.33: WatchList
+# off).  The apiserver's 422 names the field error type "Forbidden", though no permission was
+# refused, so the log checks for Forbidden answers tell this one line apart — and assert it
+# is there exactly when the server has no watch-lists.
+NO_WATCH_LISTS_LOG = ("sendInitialEvents: Forbidden: sendInitialEvents is forbidden for watch "
+                      "unless the WatchList feature gate is enabled): reading with GET")
+
+
+def no_watch_lists_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines()
+            if "the server does not serve watch-lists (" in line and NO_WATCH_LISTS_LOG in line]
 
 
 class CLIResult:

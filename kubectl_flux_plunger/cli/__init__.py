@@ -467,7 +467,14 @@ def status(
 ) -> None:
     """Show every HelmRelease flux-plunger would act on or has touched (read-only).
 
-    A namespace whose HelmReleases are all healthy and untouched says so on stderr."""
+    A namespace whose HelmReleases are all healthy and untouched says so on stderr.
+
+    A release shown `recovering` is held by flux-plunger, which suspended it for the
+    recovery (-o wide and -o json say since when, and whether the controller or a
+    one-shot run holds it).  A `flux suspend` landing then is a no-op: spec.suspend is
+    already true, so flux writes nothing, and flux-plunger lifts the suspension when it
+    finishes.  Suspend again once status no longer shows the release recovering.  A
+    `flux resume` landing then stops the recovery before any delete."""
     import datetime as dt
 
     from ..verbs import status as verb

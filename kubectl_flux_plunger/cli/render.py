@@ -218,6 +218,8 @@ def status_item(r: Any) -> dict[str, Any]:
         },
         "message": _null(r.note),
         "controller": _null(getattr(r, "controller", "")),
+        # while recovering: {"since": RFC 3339, "by": "controller ID" | "a one-shot run"}
+        **({"hold": r.hold} if getattr(r, "hold", None) else {}),
     }
 
 

@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any
 
-from .. import detect
+from .. import detect, ownership
 from ..kube import INITIAL_EVENTS_END, Kube, KubeError, Unreachable
 from ..objects import Obj
 from .outcome import Stopped
@@ -32,6 +32,12 @@ SETTLE_BOUND = 2.0
 # The replay of what happened since the read arrives right after the watch opens.
 REPLAY_WAIT = 0.02
 _END = "_END"
+
+
+def _still_ours(hr: Obj) -> bool:
+    """Our suspension is still on: another writer (``flux resume``, an operator) taking
+    spec.suspend ends the wait at once — there is nothing left to wait for."""
+    return detect.is_suspended(hr) and ownership.owns_suspend(hr)
 
 
 class InitialStateUnknown(Exception):
@@ -248,7 +254,10 @@ class Handshake(Primitives):
             # below watches again from the last state it carried
             fresh = self._await_on(watch, hr, deadline)
         while (
-            fresh is not None and not detect.is_terminating(fresh) and detect.observed_lags(fresh)
+            fresh is not None
+            and not detect.is_terminating(fresh)
+            and detect.observed_lags(fresh)
+            and _still_ours(fresh)
         ):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -274,6 +283,7 @@ class Handshake(Primitives):
                 current is None
                 or detect.is_terminating(current)
                 or not detect.observed_lags(current)
+                or not _still_ours(current)
             ):
                 return current
             remaining = deadline - time.monotonic()

@@ -20,6 +20,11 @@ TERMINATING_DETAIL = (
 )
 
 
+# another writer took spec.suspend from us mid-recovery (`flux resume`, `flux suspend`
+# of an unsuspended release, an operator's edit): the recovery stops before any delete
+TAKEN_DETAIL = "another manager took spec.suspend during recovery; storage left intact"
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 

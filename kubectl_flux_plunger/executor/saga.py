@@ -20,6 +20,7 @@ from ..objects import Obj
 from ..remote import RemoteError, Unsupported
 from .handshake import Handshake, ReleaseWatch
 from .outcome import (
+    TAKEN_DETAIL,
     TERMINATING_DETAIL,
     Ending,
     Report,
@@ -202,6 +203,8 @@ class Saga(Handshake):
         current = self._await_handshake(held, watch)
         if current is None or detect.is_terminating(current):
             return current, report.end(deferred(TERMINATING_DETAIL))
+        if not self.kube.dry_run and not plan.suspended_by_us(current):
+            return current, report.end(deferred(TAKEN_DETAIL))  # e.g. a `flux resume`
         if detect.observed_lags(current) and not self.kube.dry_run:
             return current, report.end(
                 deferred(
@@ -229,9 +232,7 @@ class Saga(Handshake):
         if not self.kube.dry_run and not (
             detect.is_suspended(current) and ownership.owns_suspend(current)
         ):
-            return current, report.end(
-                deferred("another manager took spec.suspend during recovery; storage left intact")
-            )
+            return current, report.end(deferred(TAKEN_DETAIL))
         return current, report
 
     def _delete_judged(self, current: Obj, choice: storage.Choice, report: Report) -> Report:

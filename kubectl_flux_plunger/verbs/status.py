@@ -38,6 +38,9 @@ class Row:
     # (manager, operation) pairs that own spec.suspend
     metadata: Obj = field(default_factory=Obj)
     suspend_owners: list[tuple[str, str]] = field(default_factory=list)
+    # while ``recovering``: since when flux-plunger holds the release and which process
+    # (``hold_of``); None otherwise
+    hold: Obj | None = None
 
     def as_dict(self) -> Obj:
         return asdict(self)
@@ -136,6 +139,28 @@ def state_of(hr: Obj, now: dt.datetime, lease: ControllerLease | None = None) ->
     if row in (R.LIVE_SUSPENDED_FOREIGN, R.TERMINATING_SUSPENDED_FOREIGN) and detect.is_stuck(hr):
         state += ",stuck"
     return state
+
+
+def hold_of(hr: Obj, state: str, lease: ControllerLease | None) -> Obj | None:
+    """Since when and by which process flux-plunger holds a ``recovering`` release.  Since:
+    the time of our Apply's managedFields entry (the apiserver stamps it).  By: the holder
+    of the controller's Lease while one runs (a one-shot verb refuses then, unless forced),
+    else a one-shot run (``recover`` or ``resume-owned``; a suspension of ours younger than
+    a one-shot recovery takes, with no controller running)."""
+    if state != "recovering":
+        return None
+    since = _suspended_at(hr)
+    running = lease is not None and lease.running
+    return {
+        "since": since.strftime("%Y-%m-%dT%H:%M:%SZ") if since else None,
+        "by": f"controller {lease.holder}" if running and lease else "a one-shot run",
+    }
+
+
+def hold_note(hold: Obj) -> str:
+    """The hold in words, for the NOTE column."""
+    since = f" since {hold['since']}" if hold.get("since") else ""
+    return f"held by flux-plunger{since} ({hold['by']})"
 
 
 def interesting(hr: Obj, state: str) -> bool:
@@ -263,6 +288,9 @@ def _row(
         except KubeError as exc:
             helm_status, note = "<unreadable>", f"cannot list Helm storage: {exc}"
     processed = (md.get("annotations") or {}).get(C.PROCESSED_ANNOTATION, "-")
+    hold = hold_of(hr, state, cover[0] if cover else None)
+    if hold:
+        note = "; ".join(filter(None, (hold_note(hold), note)))
     return Row(
         namespace=md.get("namespace", ""),
         name=md["name"],
@@ -282,4 +310,5 @@ def _row(
         controller=",".join(c.name for c in cover or []),
         metadata=md,
         suspend_owners=list(ownership.suspend_owners(hr)),
+        hold=hold,
     )

@@ -69,3 +69,11 @@ def stuck_release(cluster, ns, name="demo", revisions=((1, "superseded"), (2, "u
     cluster.create_hr(ns, name, **create)
     cluster.storage(storage_ns or ns, release or name, list(revisions))
     return cluster.make_stuck(ns, name, release=release)
+
+
+def read_counts(plane) -> dict[str, int]:
+    """The client-side count of a recovery's named read and the stream it waits on, on this
+    server: one WATCH where the server serves watch-lists (its initial event is the read);
+    else — a fresh cache, so the first run against the server — the refused watch-list
+    (WATCH, 422), the GET and a WATCH from its resourceVersion."""
+    return {"WATCH": 1, "GET": 0} if plane.watch_lists else {"WATCH": 2, "GET": 1}

@@ -23,7 +23,8 @@ from kubectl_flux_plunger import constants as C
 from testplane.cluster import SimulatedHelmController, unique
 from testplane.rbac import service_account_kubeconfig
 
-from .test_deploy_manifests import (ServeProcess, _deployment, _fenced_release, _forbidden,
+from .test_deploy_manifests import (ServeProcess, _deployment, _fallbacks, _fenced_release,
+                                   _forbidden,
                                     _hold, _recovered, _stuck, find, render_chart,
                                     render_kustomize, run_tool)
 
@@ -83,6 +84,7 @@ def test_controller_roles_are_exactly_what_serve_and_the_verbs_send(plane, clust
         finally:
             code = serve.stop()
     assert code == 0 and _forbidden(serve.text()) == [], serve.text()
+    _fallbacks(plane, serve.text())
 
     # the verbs: a foreign suspension twice (the second Event write is a 409: read + patch),
     # our own leftover suspension, a fence to release

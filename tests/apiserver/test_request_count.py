@@ -3,6 +3,9 @@
 and the WATCH the recovery waits on are one request (a watch-list)."""
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from testplane.cluster import Cluster, SimulatedHelmController
@@ -24,29 +27,41 @@ def test_recover_one_named_release_sends_eight_requests_end_to_end(cli, plane, c
     hc_kube.close()
     assert r.code == 0 and "recovered" in r.out, r
     # a WATCH is logged when it ends: wait until the closed stream's line is written
-    wait_for(lambda: any(ev["verb"] == "watch" for ev in plane.audit_events(
-        since=mark, user_agent=UA)), 10, "the WATCH's audit line")
+    watches = 1 if plane.watch_lists else 2        # without watch-lists: the refused one too
+    wait_for(lambda: sum(ev["verb"] == "watch" for ev in plane.audit_events(
+        since=mark, user_agent=UA)) == watches, 10, "the WATCHes' audit lines")
     events = sorted(plane.audit_events(since=mark, user_agent=UA),      # by arrival: a watch
                     key=lambda ev: ev["requestReceivedTimestamp"])      # is logged at its end
     verbs = [(ev["verb"], (ev.get("objectRef") or {}).get("resource")) for ev in events]
-    # everything the process sends: the controller check (SPEC §4: refuse while a
-    # controller runs), then the named read as a watch-list — its initial event is the
-    # fresh read, and the same stream carries the newest state for the acquire and
-    # helm-controller's handshake — LIST, APPLY, PATCH (record), DELETE, the `Recovered`
-    # Event (the trace in `kubectl describe`), APPLY (relinquish)
-    assert verbs == [("get", "leases"), ("watch", "helmreleases"), ("list", "secrets"),
-                     ("patch", "helmreleases"), ("patch", "helmreleases"),
-                     ("delete", "secrets"), ("create", "events"),
-                     ("patch", "helmreleases")], verbs
-    watch = events[1]
-    assert "sendInitialEvents=true" in watch["requestURI"], watch["requestURI"]
+    writes = [("patch", "helmreleases"), ("patch", "helmreleases"), ("delete", "secrets"),
+              ("create", "events"), ("patch", "helmreleases")]
+    if plane.watch_lists:
+        # everything the process sends: the controller check (SPEC §4: refuse while a
+        # controller runs), then the named read as a watch-list — its initial event is the
+        # fresh read, and the same stream carries the newest state for the acquire and
+        # helm-controller's handshake — LIST, APPLY, PATCH (record), DELETE, the
+        # `Recovered` Event (the trace in `kubectl describe`), APPLY (relinquish)
+        assert verbs == [("get", "leases"), ("watch", "helmreleases"), ("list", "secrets"),
+                         *writes], verbs
+        watch = events[1]
+        assert "sendInitialEvents=true" in watch["requestURI"], watch["requestURI"]
+    else:
+        # no watch-lists (Kubernetes 1.33), first run against this server: the refused
+        # watch-list, then the read as a GET and a WATCH from its resourceVersion (10;
+        # from the second run on 9: test_a_refused_watch_list_is_remembered_…)
+        assert verbs == [("get", "leases"), ("watch", "helmreleases"),
+                         ("get", "helmreleases"), ("list", "secrets"),
+                         ("watch", "helmreleases"), *writes], verbs
+        assert [ev["responseStatus"]["code"] for ev in events[1:3]] == [422, 200]
+        assert "sendInitialEvents=true" not in events[4]["requestURI"]
     assert not any(v == "get" and r is None for v, r in verbs), verbs   # no discovery
 
 
 def test_one_executor_pass_over_a_stuck_release_sends_seven_requests(plane, cluster, ns):
     """What one ``Executor.reconcile`` (serve's worker's pass) sends for one recovery: the
     watch-list read, LIST, APPLY, PATCH, DELETE, Event, APPLY.  The serve process as a
-    whole: test_serve_as_a_process_recovers_in_seven_requests."""
+    whole: test_serve_as_a_process_recovers_in_seven_requests.  (Without watch-lists, the
+    first pass against the server: the refused watch-list, GET, LIST, WATCH, … — 9.)"""
     from kubectl_flux_plunger.events import Recorder
     from kubectl_flux_plunger.executor import Executor, Options, Result
 
@@ -63,15 +78,14 @@ def test_one_executor_pass_over_a_stuck_release_sends_seven_requests(plane, clus
         hc_kube.close()
     assert out.result == Result.RECOVERED, out
     # a WATCH is logged when it ends: wait until the closed stream's line is written
-    wait_for(lambda: any(ev["verb"] == "watch" for ev in plane.audit_events(
-        since=mark, user_agent="flux-plunger-serve-count")), 10, "the WATCH's audit line")
+    watches = 1 if plane.watch_lists else 2        # without watch-lists: the refused one too
+    wait_for(lambda: sum(ev["verb"] == "watch" for ev in plane.audit_events(
+        since=mark, user_agent="flux-plunger-serve-count")) == watches, 10,
+        "the WATCHes' audit lines")
     events = sorted(plane.audit_events(since=mark, user_agent="flux-plunger-serve-count"),
                     key=lambda ev: ev["requestReceivedTimestamp"])
     verbs = [(ev["verb"], (ev.get("objectRef") or {}).get("resource")) for ev in events]
-    assert verbs == [("watch", "helmreleases"), ("list", "secrets"),
-                     ("patch", "helmreleases"), ("patch", "helmreleases"),
-                     ("delete", "secrets"), ("create", "events"),
-                     ("patch", "helmreleases")], verbs
+    assert verbs == (SEVEN if plane.watch_lists else NINE_WITHOUT_WATCH_LISTS), verbs
 
 
 def _about(events: list[dict], name: str = "demo", *,
@@ -153,6 +167,88 @@ def test_a_server_without_watch_lists_is_read_with_a_get(plane_without_watch_lis
     assert "sendInitialEvents=true" not in events[4]["requestURI"]
 
 
+def _sent(plane, mark, watches: int) -> list[tuple[str, str | None, int]]:
+    """(verb, resource, code) of what the CLI sent since ``mark``, by arrival, once the
+    ``watches`` WATCHes' audit lines (written at their end) are in."""
+    wait_for(lambda: sum(ev["verb"] == "watch" for ev in plane.audit_events(
+        since=mark, user_agent=UA)) == watches, 10, f"{watches} WATCHes' audit lines")
+    events = sorted(plane.audit_events(since=mark, user_agent=UA),
+                    key=lambda ev: ev["requestReceivedTimestamp"])
+    return [(ev["verb"], (ev.get("objectRef") or {}).get("resource"),
+             ev["responseStatus"]["code"]) for ev in events]
+
+
+def test_a_refused_watch_list_is_remembered_so_the_next_run_sends_nine(
+        plane_without_watch_lists, tmp_path):
+    """Issue 19: only the first run against a server without watch-lists pays for the
+    refusal; it is remembered per server under the user's cache directory, so the next
+    ``recover -n NS NAME`` sends 9 requests (was 10: the refused WATCH every time)."""
+    import os
+
+    p = plane_without_watch_lists
+    admin = p.kube()
+    cluster = Cluster(admin)
+    ns, lease_ns = cluster.namespace(), cluster.namespace("lease")
+    stuck_release(cluster, ns, "one")
+    stuck_release(cluster, ns, "two")
+    servers_dir = Path(os.environ["XDG_CACHE_HOME"]) / "kubectl-flux-plunger" / "servers"
+    hc_kube = p.kube(user_agent="simulated-helm-controller")   # not counted
+    try:
+        with SimulatedHelmController(Cluster(hc_kube), ns):
+            mark = p.audit_mark()
+            first = run_cli("recover", "-n", ns, "one", "--lease-namespace", lease_ns,
+                            kubeconfig=p.kubeconfig)
+            assert first.code == 0 and "recovered" in first.out, first
+            assert ("watch", "helmreleases", 422) in _sent(p, mark, 2)
+            remembered = [json.loads(f.read_text()) for f in servers_dir.iterdir()]
+            assert [(m["server"], m["watchList"]) for m in remembered] == [
+                (f"https://127.0.0.1:{p.port}", False)], remembered
+            mark = p.audit_mark()
+            second = run_cli("recover", "-n", ns, "two", "--lease-namespace", lease_ns,
+                             kubeconfig=p.kubeconfig)
+            assert second.code == 0 and "recovered" in second.out, second
+            sent = _sent(p, mark, 1)
+    finally:
+        hc_kube.close()
+        admin.close()
+    assert sent == [("get", "leases", 404),
+                    ("get", "helmreleases", 200),         # no watch-list tried
+                    ("list", "secrets", 200),
+                    ("watch", "helmreleases", 200),       # from the GET's resourceVersion
+                    ("patch", "helmreleases", 200), ("patch", "helmreleases", 200),
+                    ("delete", "secrets", 200), ("create", "events", 201),
+                    ("patch", "helmreleases", 200)], sent
+
+
+def test_serve_on_a_server_remembered_without_watch_lists_recovers_in_eight(
+        plane_without_watch_lists, tmp_path):
+    """Issue 19: a serve started after a run learnt that the server has no watch-lists
+    reads with a GET from its first recovery on: 8 requests about the release (the GET,
+    LIST, WATCH, acquire, record, DELETE, Event, relinquish), no refused WATCH."""
+    from .test_serve_support import recovered
+
+    p = plane_without_watch_lists
+    admin = p.kube()
+    cluster = Cluster(admin)
+    ns, lease_ns = cluster.namespace(), cluster.namespace("lease")
+    stuck_release(cluster, ns, "first")
+    hc_kube = p.kube(user_agent="simulated-helm-controller")
+    try:
+        with SimulatedHelmController(Cluster(hc_kube), ns):
+            learnt = run_cli("recover", "-n", ns, "first", "--lease-namespace", lease_ns,
+                             kubeconfig=p.kubeconfig)
+            assert learnt.code == 0 and "recovered" in learnt.out, learnt
+            counted = CountedServe(p, cluster, ns, tmp_path)
+            counted.mark()
+            stuck_release(cluster, ns)
+            about = counted.about("demo", lambda: recovered(cluster, ns, "demo"))
+    finally:
+        hc_kube.close()
+        admin.close()
+    assert about == [("get", "helmreleases"), ("list", "secrets"), ("watch", "helmreleases"),
+                     *SEVEN[2:]], about
+
+
 class CountedServe:
     """A real ``serve`` process on its own ServiceAccount with the shipped roles (so the
     audit log tells its requests apart), leading on a Lease in ``ns`` and watching ``ns``.
@@ -217,6 +313,10 @@ class CountedServe:
 SEVEN = [("watch", "helmreleases"), ("list", "secrets"), ("patch", "helmreleases"),
          ("patch", "helmreleases"), ("delete", "secrets"), ("create", "events"),
          ("patch", "helmreleases")]
+# the same pass on a server without watch-lists met for the first time: the watch-list
+# refused (422), the read as a GET, and a WATCH from its resourceVersion after the LIST
+NINE_WITHOUT_WATCH_LISTS = [("watch", "helmreleases"), ("get", "helmreleases"),
+                            ("list", "secrets"), *SEVEN[:1], *SEVEN[2:]]
 
 
 def test_serve_as_a_process_recovers_in_seven_requests(plane, cluster, ns, tmp_path):
@@ -238,7 +338,7 @@ def test_serve_as_a_process_recovers_in_seven_requests(plane, cluster, ns, tmp_p
             about = counted.about("demo", lambda: recovered(cluster, ns, "demo"))
     finally:
         hc_kube.close()
-    assert about == SEVEN, about
+    assert about == (SEVEN if plane.watch_lists else NINE_WITHOUT_WATCH_LISTS), about
 
 
 def _serve_sync(plane, tmp_path, ns: str) -> tuple[list[tuple[str, int]], list[dict], str]:
@@ -271,8 +371,13 @@ def _serve_sync(plane, tmp_path, ns: str) -> tuple[list[tuple[str, int]], list[d
 
 def test_serve_syncs_and_watches_with_one_watch_list_and_no_list(plane, ns, tmp_path):
     """On a server with watch-lists, serve's sync and its watch are one request: a WATCH
-    with sendInitialEvents (its initial events are the LIST), and no LIST at all."""
+    with sendInitialEvents (its initial events are the LIST), and no LIST at all.  A server
+    without them (the compatibility stage's older kube-apiserver) refuses it once, and
+    serve syncs with the paged LIST, then WATCHes from its resourceVersion."""
     sent, events, _ = _serve_sync(plane, tmp_path, ns)
+    if not plane.watch_lists:
+        assert sent == [("watch", 422), ("list", 200), ("watch", 200)], sent
+        return
     assert sent == [("watch", 200)], sent
     uri = events[0]["requestURI"]
     for param in ("watch=true", "sendInitialEvents=true", "resourceVersionMatch=NotOlderThan",

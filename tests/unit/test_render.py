@@ -220,3 +220,22 @@ def test_parse_duration_rejects(text):
                                           (3 * 86400, "3d"), (-3, "0s")])
 def test_age(seconds, text):
     assert _age(seconds) == text
+
+
+def test_a_recovering_row_carries_its_hold_and_matches_the_schema():
+    """Issue 19: -o json shows since when and by which process flux-plunger holds a
+    recovering release; no other row has the key (the goldens above are unchanged)."""
+    held = Row("apps", "held", "recovering", True, "flux-plunger", 2, "uninstalling", "-", True,
+               "5m", "held", "apps",
+               "held by flux-plunger since 2026-12-01T21:05:03Z (controller pod-1)",
+               metadata=hr_metadata("apps", "held"), suspend_owners=[("flux-plunger", "Apply")],
+               hold={"since": "2026-12-01T21:05:03Z", "by": "controller pod-1"})
+    doc = render.document("HelmReleaseStatus", [render.status_item(r) for r in (held, ROWS[0])])
+    schema_validator("HelmReleaseStatus").validate(doc)
+    assert doc["items"][0]["hold"] == {"since": "2026-12-01T21:05:03Z", "by": "controller pod-1"}
+    assert "hold" not in doc["items"][1]
+    bad = json.loads(json.dumps(doc))
+    bad["items"][0]["hold"]["pid"] = 1
+    import jsonschema
+    with pytest.raises(jsonschema.ValidationError):
+        schema_validator("HelmReleaseStatus").validate(bad)

@@ -71,3 +71,21 @@ def test_our_suspension_left_by_a_gone_process_is_interrupted_not_recovering() -
 def test_every_row_of_decide_has_a_status_state() -> None:
     assert set(STATE_OF_ROW) == set(plan.Row) - {plan.Row.GONE}
 
+
+
+def test_a_recovering_release_shows_since_when_and_which_process_holds_it() -> None:
+    """The hold (issue 19): since = our Apply's managedFields time; by = the Lease holder
+    while a controller runs, else a one-shot run; nothing for any other state."""
+    from kubectl_flux_plunger.verbs.status import hold_note, hold_of
+
+    release = hr(suspend=True, managed=[OURS], finalizers=[FENCE])
+    since = release["metadata"]["managedFields"][0]["time"]
+    held = hold_of(release, "recovering", RUNNING)
+    assert held == {"since": since, "by": "controller pod-1"}
+    assert hold_note(held) == f"held by flux-plunger since {since} (controller pod-1)"
+    assert hold_of(release, "recovering", None) == {"since": since, "by": "a one-shot run"}
+    assert hold_of(release, "recovering", EXPIRED)["by"] == "a one-shot run"
+    assert hold_of(release, "interrupted", RUNNING) is None
+    assert hold_of(hr(conditions=[stuck_condition()]), "stuck", RUNNING) is None
+    assert hold_note({"since": None, "by": "a one-shot run"}) == \
+        "held by flux-plunger (a one-shot run)"
