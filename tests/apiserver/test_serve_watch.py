@@ -64,9 +64,11 @@ class _StaleWatch:
 
 
 @pytest.mark.parametrize("sync", ["watch-list", "list"])
-def test_a_410_relists_and_finds_what_the_watch_missed(cluster, kube, ns, sync):
+def test_a_410_relists_and_finds_what_the_watch_missed(plane, cluster, kube, ns, sync):
     """On the path the server allows: a 410 on the watch is a fresh watch-list (no LIST),
-    or — without watch-lists — a fresh LIST."""
+    or — without watch-lists — a fresh LIST.  A server that has none (the compatibility
+    stage's older kube-apiserver) refuses the first watch-list, and from then on the
+    watcher syncs with the LIST."""
     cluster.create_hr(ns, "early")
     queue, metrics, stop = WorkQueue(), Metrics(), threading.Event()
     # made stuck after the first sync and before the (expired) watch: only a relist sees it
@@ -79,6 +81,10 @@ def test_a_410_relists_and_finds_what_the_watch_missed(cluster, kube, ns, sync):
     try:
         eventually(lambda: queue.contains(f"{ns}/missed"), 30, "the missed release enqueued")
         assert metrics.relists["expired"] >= 1
+        if sync == "watch-list" and not plane.watch_lists:
+            assert client.requests[:4] == ["WATCH-LIST", "LIST", "1", "LIST"], client.requests
+            assert client.watch_list is False and client.requests.count("WATCH-LIST") == 1
+            return
         first = "WATCH-LIST" if sync == "watch-list" else "LIST"
         assert client.requests[:3] == [first, "1", first], client.requests
         assert (("LIST" in client.requests) == (sync == "list")), client.requests
@@ -131,7 +137,9 @@ def test_the_initial_watch_list_recovers_a_stuck_release_before_its_bookmark(
     the stuck release sorts after 300 others and before 100 more.  Held right after its
     initial event (the watcher cannot decode the rest, the bookmark among it), it is
     recovered all the same: queued the moment its event was decoded, not at the end of
-    the sync.  The order is the stream's own, as the apiserver sent it."""
+    the sync.  The order is the stream's own, as the apiserver sent it.  On a server
+    without watch-lists (the compatibility stage's older kube-apiserver) the watch-list is
+    refused, serve syncs with the paged LIST instead and recovers the release from it."""
     from concurrent.futures import ThreadPoolExecutor
 
     from kubectl_flux_plunger.serve.run import Controller, ServeConfig
@@ -151,6 +159,9 @@ def test_the_initial_watch_list_recovers_a_stuck_release_before_its_bookmark(
         with SimulatedHelmController(cluster, ns):
             c.start()
             eventually(c.watcher.synced.is_set, 90, "the watch-list synced")
+            if not plane.watch_lists:
+                eventually(lambda: recovered(cluster, ns, "m-stuck"), 60,
+                           "m-stuck recovered from the paged LIST")
     finally:
         c.stopping.set()
         c.wake.set()
@@ -158,6 +169,10 @@ def test_the_initial_watch_list_recovers_a_stuck_release_before_its_bookmark(
         k.close()
     assert code == 0
     seen = held.seen
+    if not plane.watch_lists:
+        assert held.watch_list is False and seen == [], seen[:5]   # refused: no stream held
+        assert recovered(cluster, ns, "m-stuck")
+        return
     # the stream as sent: 300 before the stuck release, the hold, 100 after, the bookmark
     i = seen.index(f"{ns}/m-stuck")
     assert i == 300 and seen[i + 1:i + 2] == ["until"], seen[max(0, i - 3):i + 4]

@@ -17,7 +17,7 @@ from testplane.cluster import Cluster
 from testplane.helmctl import break_release, is_ready, request_reconcile
 from testplane.kind import FLUX_NS, KindFlux, Setup, wait_until
 
-from .conftest import (CHART, GRACE, PLUNGER_NS, Plunger, fenced, install_release, pod_ready,
+from .conftest import (GRACE, PLUNGER_NS, Plunger, fenced, install_release, pod_ready,
                        scale, skip_reason, stuck, suspended)
 
 pytestmark = pytest.mark.skipif(bool(skip_reason()), reason=skip_reason())
@@ -53,9 +53,15 @@ class Shard(Plunger):
         scale(self.kind_flux, self.namespace, self.release, replicas, self.selector, timeout)
 
     def install(self, image: str, *extra: str) -> None:
+        """The release's chart from the session's OCI registry (as conftest.helm_install
+        installs it: the image pinned by digest), as this shard's release."""
         repo, _, tag = image.rpartition(":")
-        self.kind_flux.helm("upgrade", "--install", self.release, str(CHART), "-n", PLUNGER_NS,
-                            "--create-namespace", "--set", f"image.repository={repo}",
+        registry, _, repository = repo.partition("/")
+        release = self.kind_flux.release  # type: ignore[attr-defined]
+        self.kind_flux.helm("upgrade", "--install", self.release, release["chart"], "--version",
+                            release["version"], "--plain-http", "-n", PLUNGER_NS,
+                            "--create-namespace", "--set", f"image.registry={registry}",
+                            "--set", f"image.repository={repository}",
                             "--set", f"image.tag={tag}", "--set",
                             f"shutdownGracePeriodSeconds={GRACE}", "--set", f"shard={self.shard}",
                             *extra)
