@@ -45,7 +45,7 @@ from .outcome import (
     outside,
     utcnow,
 )
-from .primitives import Primitives, R
+from .primitives import Primitives
 from .saga import Saga
 
 log = logging.getLogger(__name__)
@@ -120,40 +120,10 @@ class Executor:
         self.handshake = Handshake(kube, self.opt, should_stop, self.prims.fresh)
         self.saga = Saga(kube, self.prims, self.handshake, self.recorder, self.opt, should_stop)
         self.dryrun = DryRun(self.saga, self.prims, self.opt)
-
-    # -- the primitives the one-shot verbs use directly (release-fence) ---------------
-
-    def retry_on_conflict(
-        self,
-        hr: Obj | None,
-        attempt: Callable[[Obj], R],
-        *,
-        what: str,
-        timeout: float,
-        transient: bool = False,
-        reread: Callable[[Obj], Obj | None] | None = None,
-        stop: Callable[[], bool] | None = None,
-    ) -> R | None:
-        """:meth:`Primitives.retry_on_conflict`."""
-        return self.prims.retry_on_conflict(
-            hr,
-            attempt,
-            what=what,
-            timeout=timeout,
-            transient=transient,
-            reread=reread,
-            stop=stop,
-        )
-
-    def relinquish(self, hr: Obj) -> Obj | None:
-        """:meth:`Primitives.relinquish`."""
-        return self.prims.relinquish(hr)
-
-    def remove_fence(
-        self, hr: Obj, *, timeout: float | None = None, stop: Callable[[], bool] | None = None
-    ) -> Obj | None:
-        """:meth:`Primitives.remove_fence`."""
-        return self.prims.remove_fence(hr, timeout=timeout, stop=stop)
+        # the primitives callers use on an executor (release-fence's lift and sweep)
+        self.retry_on_conflict = self.prims.retry_on_conflict
+        self.relinquish = self.prims.relinquish
+        self.remove_fence = self.prims.remove_fence
 
     # -- the entry points ------------------------------------------------------------
 
