@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '280d82e9'
+FINGERPRINT = '5e555231'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -1,4 +1,6 @@
-"""Flag types and the kubectl/flux connection flags every cluster verb shares.
+"""The flags the verbs share, as decorators (pip-tools' ``options.py``): the flag types, the
+kubectl/flux connection flags, the selection, output, dry-run, Lease and notification flags,
+and the completion of their values.
 
 The connection flags beyond ``--kubeconfig``/``--context``/``--request-timeout`` are not
 passed to the commands as arguments: their callbacks collect them in ``ctx.meta`` and
@@ -183,3 +185,245 @@ def lease_name_problem(name: str) -> str | None:
             "starting and ending with an alphanumeric, at most 253 characters"
         )
     return None
+
+
+# -- the shared flags, as decorators ------------------------------------------------------
+
+OUTPUTS = click.Choice(["table", "wide", "json", "yaml", "name"])
+
+
+def duration_option(*decls: str, **kwargs: Any) -> Callable[[F], F]:
+    """A Go-style duration flag (``30s``, ``1m30s``, ``500ms``): its value in seconds."""
+    return click.option(*decls, type=DURATION, **kwargs)
+
+
+def concurrency_option(*decls: str, **kwargs: Any) -> Callable[[F], F]:
+    """How many releases are handled at once (1 to 64)."""
+    return click.option(*decls, type=click.IntRange(1, 64), **kwargs)
+
+
+def connection_options(f: F) -> F:
+    """--kubeconfig, --context, --request-timeout and kubectl's other connection flags."""
+    f = override_options(f)
+    f = duration_option(
+        "--request-timeout",
+        default="30s",
+        show_default=True,
+        help="Time to wait for one API request (0: no timeout).",
+    )(f)
+    f = click.option(
+        "--context",
+        "kube_context",
+        metavar="NAME",
+        shell_complete=complete_contexts,
+        help="The kubeconfig context to use.",
+    )(f)
+    return click.option(
+        "--kubeconfig",
+        metavar="PATH",
+        type=click.Path(dir_okay=False),
+        help="Path to the kubeconfig file.",
+    )(f)
+
+
+def namespace_option(**kwargs: Any) -> Callable[[F], F]:
+    """-n/--namespace, its value completed from the cluster."""
+    return click.option(
+        "-n", "--namespace", metavar="NS", shell_complete=complete_namespaces, **kwargs
+    )
+
+
+def selection_options(f: F) -> F:
+    """-n, -A, -l, NAME..."""
+    f = click.argument("names", nargs=-1, metavar="[NAME]...", shell_complete=complete_releases)(f)
+    f = click.option(
+        "-l",
+        "--selector",
+        metavar="SELECTOR",
+        callback=check_selector,
+        help="Label selector to filter HelmReleases (Kubernetes syntax, e.g. "
+        "sharding.fluxcd.io/key=shard1, '!sharding.fluxcd.io/key', 'k in (a,b)').",
+    )(f)
+    f = click.option(
+        "-A", "--all-namespaces", is_flag=True, help="Act on HelmReleases in every namespace."
+    )(f)
+    return namespace_option(help="Namespace of the HelmReleases (default: the context's).")(f)
+
+
+def lease_name_option(f: F) -> F:
+    """--lease-name (alias --leader-election-id, serve's flag): a shard's controller Lease."""
+    return click.option(
+        "--lease-name",
+        "--leader-election-id",
+        "lease_name",
+        metavar="NAME",
+        callback=_check_lease_name,
+        help="Name of the controller's Lease: the --leader-election-id of the flux-plunger "
+        "(shard) whose releases these are [default: flux-plunger.cozystack.io].",
+    )(f)
+
+
+def _check_lease_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None or ctx.resilient_parsing:
+        return value
+    problem = lease_name_problem(value)
+    if problem:
+        raise click.UsageError(f"--lease-name {value!r}: {problem}", ctx)
+    return value
+
+
+def lease_options(f: F, *, force: bool = True) -> F:
+    """--lease-namespace, --lease-name (and --force): the running-controller check of
+    writing verbs."""
+    f = lease_name_option(f)
+    if force:
+        f = click.option(
+            "--force",
+            is_flag=True,
+            help="Act even while a flux-plunger controller holds its Lease.",
+        )(f)
+    return click.option(
+        "--lease-namespace",
+        metavar="NS",
+        help="Namespace of the controller's Lease (see --lease-name) "
+        "[default: the pod's namespace in a cluster, else flux-plunger].",
+    )(f)
+
+
+def output_option(f: F) -> F:
+    f = click.option(
+        "--no-headers", is_flag=True, help="Table output (-o table|wide): print no header line."
+    )(f)
+    return click.option(
+        "-o",
+        "--output",
+        type=OUTPUTS,
+        default="table",
+        show_default=True,
+        help="Output format (json/yaml: flux-plunger.cozystack.io/v1alpha1, "
+        "see docs/output-schema.json).",
+    )(f)
+
+
+def dry_run_option(f: F) -> F:
+    return click.option(
+        "--dry-run",
+        type=click.Choice(["none", "client", "server"]),
+        default="none",
+        show_default=True,
+        is_flag=False,
+        flag_value="client",
+        help="client: print the plan only; server: send every write with dryRun=All.",
+    )(f)
+
+
+def _events_addr(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    del ctx, param
+    if not value:
+        return None
+    from ..notify import validate_address
+
+    try:
+        return validate_address(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--events-addr") from None
+
+
+EVENTS_ADDR_HELP = (
+    "POST each Event flux-plunger records as a Flux event to notification-controller at "
+    "URL (Flux's is http://notification-controller.flux-system.svc.cluster.local./), so "
+    "Alerts on HelmReleases see it."
+)
+
+
+def events_addr_option(f: F) -> F:
+    """--events-addr: Flux notifications from a one-shot writing verb (opt-in)."""
+    return click.option(
+        "--events-addr",
+        metavar="URL",
+        callback=_events_addr,
+        help=EVENTS_ADDR_HELP + "  [default: off]",
+    )(f)
+
+
+# -- completion of flag values and names (cobra __complete and kubectl's helper) --------
+
+COMPLETION_TIMEOUT = 2.0  # seconds per API request while completing
+
+
+def _completion_kube(ctx: click.Context) -> Any:
+    from ..kube import Kube
+
+    p = ctx.params
+    try:
+        return Kube.from_kubeconfig(
+            p.get("kubeconfig"),
+            p.get("kube_context"),
+            overrides(ctx),
+            request_timeout=COMPLETION_TIMEOUT,
+        )
+    except Exception:  # noqa: BLE001 - no completion rather than an error while typing
+        return None
+
+
+def complete_namespaces(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    from ..kube import KubeError, core_path
+
+    kube = _completion_kube(ctx)
+    if kube is None:
+        return []
+    try:
+        items = kube.request("LIST", "GET", core_path("namespaces")).get("items") or []
+    except KubeError:
+        return []
+    finally:
+        kube.close()
+    return [
+        CompletionItem(n)
+        for n in sorted(i["metadata"]["name"] for i in items)
+        if n.startswith(incomplete)
+    ]
+
+
+def complete_releases(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    from ..kube import ConfigError, KubeError, default_namespace
+
+    if ctx.params.get("all_namespaces"):
+        return []
+    kube = _completion_kube(ctx)
+    if kube is None:
+        return []
+    try:
+        ns = ctx.params.get("namespace") or default_namespace(
+            ctx.params.get("kubeconfig"), ctx.params.get("kube_context")
+        )
+        items = kube.list_hrs(ns, ctx.params.get("selector"))
+    except (KubeError, ConfigError):
+        return []
+    finally:
+        kube.close()
+    typed = set(ctx.params.get("names") or ())
+    return [
+        CompletionItem(n)
+        for n in sorted(i["metadata"]["name"] for i in items)
+        if n.startswith(incomplete) and n not in typed
+    ]
+
+
+def complete_contexts(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    from ..kube import _client_modules
+
+    try:
+        _, config, _ = _client_modules()
+        contexts, _active = config.list_kube_config_contexts(
+            config_file=ctx.params.get("kubeconfig")
+        )
+    except Exception:  # noqa: BLE001 - no kubeconfig: nothing to offer
+        return []
+    return [CompletionItem(c["name"]) for c in contexts if c["name"].startswith(incomplete)]

@@ -6,8 +6,16 @@ import os
 
 import click
 
-from . import DURATION, Exit, cli, connection_options, fail
-from .options import check_selector, lease_name_problem, overrides
+from .examples import Command
+from .options import (
+    check_selector,
+    concurrency_option,
+    connection_options,
+    duration_option,
+    lease_name_problem,
+    overrides,
+)
+from .session import Exit, fail
 
 DRAIN_MARGIN = 5.0  # seconds kept between the end of the drain and the kubelet's SIGKILL
 
@@ -74,7 +82,7 @@ def check_timings(
     return None
 
 
-@cli.command(context_settings={"show_default": True})
+@click.command("serve", cls=Command, context_settings={"show_default": True})
 @connection_options
 @click.option(
     "-n",
@@ -90,9 +98,8 @@ def check_timings(
     help="Label selector of the HelmReleases to watch (e.g. for sharding: "
     "sharding.fluxcd.io/key=shard1, or '!sharding.fluxcd.io/key' for the main instance).",
 )
-@click.option(
+@concurrency_option(
     "--workers",
-    type=click.IntRange(1, 64),
     default=2,
     help="Releases processed at once (each release serially).",
 )
@@ -114,61 +121,50 @@ def check_timings(
     help="Namespace of the Lease.  [default: the in-cluster namespace, else the "
     "kubeconfig context's]",
 )
-@click.option(
+@duration_option(
     "--lease-duration",
-    type=DURATION,
     default="15s",
     help="How long followers wait after the last renewal before taking over.",
 )
-@click.option(
+@duration_option(
     "--renew-deadline",
-    type=DURATION,
     default="10s",
     help="How long the leader keeps acting without a successful renewal.",
 )
-@click.option(
-    "--retry-period", type=DURATION, default="2s", help="Interval between acquire/renew attempts."
-)
-@click.option(
+@duration_option("--retry-period", default="2s", help="Interval between acquire/renew attempts.")
+@duration_option(
     "--shutdown-drain-timeout",
-    type=DURATION,
     default="60s",
     help="Bound of the drain on shutdown (releasing suspensions and fences).",
 )
-@click.option(
+@duration_option(
     "--shutdown-stop-timeout",
-    type=DURATION,
     default="10s",
     help="Bound of stopping new work on shutdown (in-flight passes finishing).",
 )
-@click.option(
+@duration_option(
     "--termination-grace-period",
-    type=DURATION,
     default=None,
     help="The pod's terminationGracePeriodSeconds; start-up is refused unless "
     "stop timeout + drain timeout + 5s fit in it.",
 )
-@click.option(
+@duration_option(
     "--resync-period",
-    type=DURATION,
     default="10m",
     help="Interval of a fresh LIST that re-enqueues every candidate release.",
 )
-@click.option(
+@duration_option(
     "--fence-recheck-interval",
-    type=DURATION,
     default="60s",
     help="Re-check interval of a delete held by the uninstall fence.",
 )
-@click.option(
+@duration_option(
     "--fence-held-warn-after",
-    type=DURATION,
     default="10m",
     help="Emit the UninstallFenceHeld Warning once a delete is held this long.",
 )
-@click.option(
+@duration_option(
     "--handshake-timeout",
-    type=DURATION,
     default="30s",
     help="How long to wait for helm-controller to observe the suspension before "
     "deleting a revision.",
@@ -179,9 +175,8 @@ def check_timings(
     help="Keep a copy of every deleted Secret as a Secret in NS (the controller's "
     "own namespace), for `restore`.  [default: off]",
 )
-@click.option(
+@duration_option(
     "--backup-retention",
-    type=DURATION,
     default="168h",
     help="Prune backup Secrets older than this when a new one is written.",
 )

@@ -11,7 +11,9 @@ pushing its stale view through.  One job per module:
 * ``handshake``  — waiting for helm-controller to observe the suspension;
 * ``saga``       — the recovery sequence;
 * ``dryrun``     — the plan of a decision without writes;
-* here           — the entry points and the one determine → act → re-determine loop.
+* here           — the ``Executor``: it wires those collaborators (none inherits from
+  another; each is handed the client, options, clock or stop flag it uses) and holds the
+  entry points and the one determine → act → re-determine loop.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from ..kube import Kube, KubeError
 from ..objects import Obj
 from ..remote import Remotes
 from .dryrun import DryRun
-from .handshake import InitialStateUnknown, ReleaseWatch
+from .handshake import Handshake, InitialStateUnknown, ReleaseWatch, watch_timeout
 from .outcome import (
     CLEANUP_RESULTS,
     MAX_PASSES,
@@ -43,6 +45,8 @@ from .outcome import (
     outside,
     utcnow,
 )
+from .primitives import Primitives
+from .saga import Saga
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +96,10 @@ def _settled(newest: Obj | None, ending: Ending) -> str | None:
     return rv if isinstance(rv, str) and rv else None
 
 
-class Executor(DryRun):
+class Executor:
+    """The entry points over one client.  Wires its collaborators — the write primitives,
+    the handshake, the saga and the dry run — each handed what it uses."""
+
     def __init__(
         self,
         kube: Kube,
@@ -109,6 +116,16 @@ class Executor(DryRun):
         self.opt = options or Options()
         self.clock = clock
         self.should_stop = should_stop
+        self.prims = Primitives(kube, self.remotes, self.recorder, self.opt, clock)
+        self.handshake = Handshake(kube, self.opt, should_stop, self.prims.fresh)
+        self.saga = Saga(kube, self.prims, self.handshake, self.recorder, self.opt, should_stop)
+        self.dryrun = DryRun(self.saga, self.prims, self.opt)
+        # the primitives callers use on an executor (release-fence's lift and sweep)
+        self.retry_on_conflict = self.prims.retry_on_conflict
+        self.relinquish = self.prims.relinquish
+        self.remove_fence = self.prims.remove_fence
+
+    # -- the entry points ------------------------------------------------------------
 
     def reconcile(
         self, namespace: str, name: str, *, only_rows: frozenset[plan.Row] | None = None
@@ -153,7 +170,9 @@ class Executor(DryRun):
         ):
             return self.kube.get_hr(namespace, name), None
         try:
-            read = ReleaseWatch.read(self.kube, namespace, name, self.watch_timeout(), FIRST_WAIT)
+            read = ReleaseWatch.read(
+                self.kube, namespace, name, watch_timeout(self.opt), FIRST_WAIT
+            )
             self.kube.watch_list_misses = 0
             return read
         except KubeError as exc:
@@ -195,7 +214,7 @@ class Executor(DryRun):
         if hr is None:
             report = Report(Ending(Result.GONE))
         elif self.opt.dry_run_client:
-            report = self._plan_only(hr, d)
+            report = self.dryrun.plan_only(hr, d)
         else:
             report = self._act(hr, d, watch)
         # the one place a pass's Outcome is made: of the report its steps returned
@@ -232,12 +251,12 @@ class Executor(DryRun):
     def _act(self, hr: Obj, d: plan.Decision, watch: ReleaseWatch | None) -> Report:
         """Carry out decision ``d`` on ``hr`` (the fresh read that made it)."""
         if d.event:
-            self._event(hr, d.event)
+            self.prims.event(hr, d.event)
         act = d.action
         if act is plan.Action.RELINQUISH:
-            return self._relinquish_or_warn(hr)
+            return self.saga.relinquish_action(hr)
         if act is plan.Action.REMOVE_FENCE:
-            return self._remove_fence(hr)
+            return self.saga.remove_fence_action(hr)
         if act is plan.Action.WAIT_FENCE:
             return Report(Ending(Result.WAITING))
         if act is plan.Action.RECOVER:
@@ -245,7 +264,7 @@ class Executor(DryRun):
                 return Report(
                     Ending(Result.SKIPPED, "stuck; recovery not requested by this command")
                 )
-            return self.recover(hr, watch)
+            return self.saga.recover(hr, watch)
         return Report()
 
     def settle(

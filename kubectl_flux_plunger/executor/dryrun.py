@@ -5,14 +5,23 @@ from __future__ import annotations
 from .. import constants as C
 from .. import plan, writes
 from ..objects import Obj
-from .outcome import Ending, Report, Result
+from .outcome import Ending, Options, Report, Result
+from .primitives import Primitives
 from .saga import DELETE, RECOVERY_STEPS, Saga, step_args
 
 PLANNED = Ending(Result.PLANNED)
 
 
-class DryRun(Saga):
-    def _plan_only(self, hr: Obj, d: plan.Decision) -> Report:
+class DryRun:
+    """The plan of a decision: what the executor would send, rendered from the saga's own
+    step list after the saga's own choice (its one storage LIST) — never a write."""
+
+    def __init__(self, saga: Saga, prims: Primitives, options: Options):
+        self.saga = saga
+        self.prims = prims
+        self.opt = options
+
+    def plan_only(self, hr: Obj, d: plan.Decision) -> Report:
         """The steps ``d`` would take on ``hr``, as a planned report (the recovery's from
         the saga's own step list, after the real storage LIST that chooses)."""
         if d.action is plan.Action.RELINQUISH:
@@ -31,10 +40,10 @@ class DryRun(Saga):
                 PLANNED, steps=("wait for helm-controller to uninstall, then remove the fence",)
             )
         if d.action is plan.Action.RECOVER and self.opt.allow_recover:
-            choice, report = self._choose(hr)
+            choice, report = self.saga.choose(hr)
             if choice is None:
                 return report
-            args = step_args(choice, self.storage_where(hr))
+            args = step_args(choice, self.prims.storage_where(hr))
             steps: list[str] = []
             for step in RECOVERY_STEPS:
                 if step is DELETE and self.opt.backup is not None:

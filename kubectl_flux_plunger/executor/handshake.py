@@ -15,13 +15,13 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .. import detect, ownership
 from ..kube import INITIAL_EVENTS_END, Kube, KubeError, Unreachable
 from ..objects import Obj
-from .outcome import Stopped
-from .primitives import Primitives
+from .outcome import Options, Stopped
 
 log = logging.getLogger(__name__)
 
@@ -234,12 +234,29 @@ class ReleaseWatch:
         )
 
 
-class Handshake(Primitives):
-    def watch_timeout(self) -> float:
-        """How long a release's watch may stay open: the acquire, the handshake, margin."""
-        return self.opt.handshake_timeout + SETTLE_BOUND + 5
+def watch_timeout(opt: Options) -> float:
+    """How long a release's watch may stay open: the acquire, the handshake, margin."""
+    return opt.handshake_timeout + SETTLE_BOUND + 5
 
-    def _await_handshake(self, hr: Obj, watch: ReleaseWatch | None = None) -> Obj | None:
+
+class Handshake:
+    """Waiting until helm-controller has observed our suspension.  Holds what the wait
+    uses: the client, the options (its bounds), the stop flag, and ``fresh`` — the re-read
+    of one release (``Primitives.fresh``) when a watch of it fails."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        options: Options,
+        should_stop: Callable[[], bool],
+        fresh: Callable[[Obj], Obj | None],
+    ):
+        self.kube = kube
+        self.opt = options
+        self.should_stop = should_stop
+        self.fresh = fresh
+
+    def await_handshake(self, hr: Obj, watch: ReleaseWatch | None = None) -> Obj | None:
         """Wait (bounded) until helm-controller has observed the suspended generation, on
         ``watch`` (opened before the acquire) or by watching this one release from the rv
         of our acquire, so no revision goes while it may be mid-action.  Returns the last
@@ -311,7 +328,7 @@ class Handshake(Primitives):
                 if kind == "DELETED":
                     return None
                 if kind == "ERROR":
-                    return self._fresh(current)  # e.g. 410: re-read and go on
+                    return self.fresh(current)  # e.g. 410: re-read and go on
                 if kind in ("ADDED", "MODIFIED"):
                     if obj["metadata"].get("uid") != md.get("uid"):
                         return None
@@ -326,5 +343,5 @@ class Handshake(Primitives):
                 exc,
             )
             time.sleep(0.2)
-            return self._fresh(current)
+            return self.fresh(current)
         return current

@@ -21,17 +21,28 @@ R = TypeVar("R")
 
 
 class Primitives:
-    kube: Kube
-    recorder: Recorder
-    opt: Options
-    clock: Callable[[], dt.datetime]
-    should_stop: Callable[[], bool]
-    remotes: Remotes
+    """The requests of one executor: each write carries the evidence of the read that
+    decided on it.  Holds what they use — the client, where remote storage lives, the
+    Event recorder, the options and the clock (an acquire re-decides on a 409)."""
 
-    def _event(self, hr: Obj, spec: plan.EventSpec) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        remotes: Remotes,
+        recorder: Recorder,
+        options: Options,
+        clock: Callable[[], dt.datetime],
+    ):
+        self.kube = kube
+        self.remotes = remotes
+        self.recorder = recorder
+        self.opt = options
+        self.clock = clock
+
+    def event(self, hr: Obj, spec: plan.EventSpec) -> None:
         self.recorder.record(hr, spec.reason, spec.type, spec.message)
 
-    def _fresh(self, hr: Obj) -> Obj | None:
+    def fresh(self, hr: Obj) -> Obj | None:
         md = hr["metadata"]
         fresh = self.kube.get_hr(md["namespace"], md["name"])
         if fresh is not None and fresh["metadata"].get("uid") != md.get("uid"):
@@ -72,7 +83,7 @@ class Primitives:
             try:
                 if not fresh:
                     # a transient failure of the re-read keeps the last state and retries
-                    current, fresh = (reread or self._fresh)(current), True
+                    current, fresh = (reread or self.fresh)(current), True
                     continue
                 return attempt(current)
             except KubeError as exc:
@@ -174,7 +185,7 @@ class Primitives:
                 raise
 
         def again(current: Obj) -> Obj | None:
-            return self._fresh(current) if reread is None else reread(current, not force)
+            return self.fresh(current) if reread is None else reread(current, not force)
 
         return self.retry_on_conflict(
             first or hr,
@@ -184,7 +195,7 @@ class Primitives:
             reread=again,
         )
 
-    def _record(self, hr: Obj, revision: int) -> tuple[Obj | None, bool]:
+    def record(self, hr: Obj, revision: int) -> tuple[Obj | None, bool]:
         """Write the processed-version annotation (rv-locked).  On 409 re-read: while the
         release is still ours, live and unchanged in spec, retry with the fresh evidence;
         otherwise return (last read, False) so the caller stops before the delete."""

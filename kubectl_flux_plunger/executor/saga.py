@@ -15,14 +15,16 @@ from dataclasses import dataclass, replace
 from .. import constants as C
 from .. import detect, ownership, plan, storage
 from ..backup import BackupError
-from ..kube import KubeError
+from ..events import Recorder
+from ..kube import Kube, KubeError
 from ..objects import Obj
 from ..remote import RemoteError, Unsupported
-from .handshake import Handshake, ReleaseWatch
+from .handshake import Handshake, ReleaseWatch, watch_timeout
 from .outcome import (
     TAKEN_DETAIL,
     TERMINATING_DETAIL,
     Ending,
+    Options,
     Report,
     Result,
     Stopped,
@@ -31,6 +33,7 @@ from .outcome import (
     fence_hint,
     leftover_hint,
 )
+from .primitives import Primitives
 
 
 @dataclass(frozen=True)
@@ -78,17 +81,36 @@ def step_args(choice: storage.Choice, where: str = "") -> dict[str, object]:
 REREAD_WAIT = 2.0
 
 
-class Saga(Handshake):
+class Saga:
     """The recovery sequence, step by step.  Each step returns what it decided — the
     ``Report`` so far, ended (``Report.end``) where the sequence stops — and never writes
-    into an ``Outcome``: the entry makes the one ``Outcome`` of the report."""
+    into an ``Outcome``: the entry makes the one ``Outcome`` of the report.
 
-    def _choose(self, hr: Obj) -> tuple[storage.Choice | None, Report]:
+    Holds what the steps use: the client, the write primitives, the handshake, the Event
+    recorder, the options and the stop flag."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        prims: Primitives,
+        handshake: Handshake,
+        recorder: Recorder,
+        options: Options,
+        should_stop: Callable[[], bool],
+    ):
+        self.kube = kube
+        self.prims = prims
+        self.handshake = handshake
+        self.recorder = recorder
+        self.opt = options
+        self.should_stop = should_stop
+
+    def choose(self, hr: Obj) -> tuple[storage.Choice | None, Report]:
         """List the release's Helm storage and pick the revision to delete (SPEC §4) past
         the already-processed guard: (the choice, the report naming the revision judged),
         or (None, the report ended with why there is none)."""
         try:
-            secrets = self.list_storage(hr)
+            secrets = self.prims.list_storage(hr)
         except Unsupported as exc:
             return None, Report(Ending(Result.SKIPPED, str(exc)))
         except RemoteError as exc:
@@ -109,7 +131,7 @@ class Saga(Handshake):
     def recover(self, hr: Obj, watch: ReleaseWatch | None = None) -> Report:
         """The recovery sequence on ``hr``, the fresh read that decided; ``watch`` is the
         watch-list that read came from (the caller closes it), else one is opened here."""
-        choice, report = self._choose(hr)
+        choice, report = self.choose(hr)
         if choice is None:
             return report
         rev = choice.revision
@@ -120,7 +142,7 @@ class Saga(Handshake):
             return self._recover_watched(hr, choice, report, watch)
         # one WATCH from the deciding read: the acquire goes out on the newest state, a
         # 409 is re-decided on what the stream carries, and the handshake waits on it
-        own = ReleaseWatch(self.kube, hr, self.watch_timeout())
+        own = ReleaseWatch(self.kube, hr, watch_timeout(self.opt))
         try:
             return self._recover_watched(hr, choice, report, own)
         finally:
@@ -137,7 +159,7 @@ class Saga(Handshake):
                 return newer
             if watch.latest is None:
                 return None  # deleted meanwhile
-            return self._fresh(current) if changed else current
+            return self.prims.fresh(current) if changed else current
 
         return reread
 
@@ -154,12 +176,12 @@ class Saga(Handshake):
                 )
             )
         try:
-            held = self.acquire(hr, rev.number, first=first, reread=self._newer(watch))
+            held = self.prims.acquire(hr, rev.number, first=first, reread=self._newer(watch))
         except KubeError as exc:
             lost = f"could not suspend the release: {exc}"
             # the apply may have landed although its answer was lost (timeout, 5xx)
             try:
-                fresh = self._fresh(hr)
+                fresh = self.prims.fresh(hr)
             except KubeError as again:
                 return report.end(
                     failed(
@@ -169,7 +191,7 @@ class Saga(Handshake):
                 )
             return self._final_relinquish(fresh, report.end(failed(lost)))
         if held is None:
-            self._event(hr, plan.RECOVERY_DEFERRED)
+            self.prims.event(hr, plan.RECOVERY_DEFERRED)
             return report.end(
                 deferred(
                     "spec.suspend was taken by another manager or the release began "
@@ -200,7 +222,7 @@ class Saga(Handshake):
         the delete must not happen."""
         # 1. helm-controller must have observed the suspended generation: it is then
         #    not mid-action on this release (a watch from our apply's rv)
-        current = self._await_handshake(held, watch)
+        current = self.handshake.await_handshake(held, watch)
         if current is None or detect.is_terminating(current):
             return current, report.end(deferred(TERMINATING_DETAIL))
         if not self.kube.dry_run and not plan.suspended_by_us(current):
@@ -214,7 +236,7 @@ class Saga(Handshake):
             )
         # 2. record the revision, locked to the resourceVersion of the state just
         #    judged: its answer is the re-read (any write since → 409 → re-decided)
-        current, recorded = self._record(current, revision)
+        current, recorded = self.prims.record(current, revision)
         if current is None or detect.is_terminating(current):
             return current, report.end(deferred(TERMINATING_DETAIL))
         if not recorded:
@@ -244,16 +266,16 @@ class Saga(Handshake):
         rev = choice.revision
         assert rev is not None
         release = storage.release_name(current)
-        where = self.storage_where(current)
+        where = self.prims.storage_where(current)
         for again in (False, True):
             try:
-                backup = self.delete_revision(current, rev)
+                backup = self.prims.delete_revision(current, rev)
             except BackupError as exc:
                 return report.end(failed(f"{exc}; nothing deleted"))
             except KubeError as exc:
                 if not (exc.conflict or exc.not_found):
                     raise
-                redo = storage.choose_revision(current, self.list_storage(current))
+                redo = storage.choose_revision(current, self.prims.list_storage(current))
                 same = (
                     redo.ok
                     and redo.revision is not None
@@ -296,7 +318,7 @@ class Saga(Handshake):
             plan.RECOVERED.reason,
             plan.RECOVERED.type,
             f"{plan.RECOVERED.message}: revision {rev.number}, Secret "
-            f"{rev.namespace}/{rev.name}{self.storage_where(hr)}"
+            f"{rev.namespace}/{rev.name}{self.prims.storage_where(hr)}"
             + (f"; backup: {backup}" if backup else ""),
             # for the Flux notification (notify): which revision, and a token that keeps
             # notification-controller from merging two recoveries
@@ -317,7 +339,7 @@ class Saga(Handshake):
         if current is None:
             return report
         try:
-            lifted = self.relinquish(current) if ownership.owns_suspend(current) else None
+            lifted = self.prims.relinquish(current) if ownership.owns_suspend(current) else None
             if lifted is not None:
                 return report.did(RELINQUISH.done).after(lifted)
             if self._drop_fence_not_ours(current):
@@ -325,14 +347,14 @@ class Saga(Handshake):
             return report
         except KubeError as exc:
             if not exc.conflict:
-                self._event(current, plan.UNSUSPEND_FAILED)
+                self.prims.event(current, plan.UNSUSPEND_FAILED)
             return report.but(f"could not lift our suspension ({exc}); {leftover_hint(current)}")
 
     def _drop_fence_not_ours(self, current: Obj) -> bool:
         """Our suspension is not ours any more: on a fresh read, drop our fence where SPEC
         §6 says it must not outlive us (live; terminating and suspended by another
         manager).  True when a fence was removed."""
-        fresh = self._fresh(current)
+        fresh = self.prims.fresh(current)
         if (
             fresh is not None
             and detect.is_fenced(fresh)
@@ -341,16 +363,17 @@ class Saga(Handshake):
                 or (detect.is_suspended(fresh) and not ownership.owns_suspend(fresh))
             )
         ):
-            return self.remove_fence(fresh) is not None
+            return self.prims.remove_fence(fresh) is not None
         return False
 
-    def _relinquish_or_warn(self, hr: Obj) -> Report:
+    def relinquish_action(self, hr: Obj) -> Report:
+        """The RELINQUISH row: lift our suspension (a Warning Event when that fails)."""
         try:
-            lifted = self.relinquish(hr)
+            lifted = self.prims.relinquish(hr)
             removed = lifted is None and self._drop_fence_not_ours(hr)
         except KubeError as exc:
             if not exc.conflict:
-                self._event(hr, plan.UNSUSPEND_FAILED)
+                self.prims.event(hr, plan.UNSUSPEND_FAILED)
             return Report(failed(f"could not lift our suspension: {exc}; {leftover_hint(hr)}"))
         if lifted is None:
             # the suspension changed hands (or the release went) after the read that decided
@@ -364,9 +387,10 @@ class Saga(Handshake):
             )
         return Report(Ending(Result.RELINQUISHED), steps=("lifted our suspension",), wrote=lifted)
 
-    def _remove_fence(self, hr: Obj) -> Report:
+    def remove_fence_action(self, hr: Obj) -> Report:
+        """The REMOVE_FENCE row: drop our fence, never spec.suspend."""
         try:
-            written = self.remove_fence(hr)
+            written = self.prims.remove_fence(hr)
         except KubeError as exc:
             return Report(failed(f"could not remove the fence: {exc}; {fence_hint(hr)}"))
         if written is None:

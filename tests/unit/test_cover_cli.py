@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from kubectl_flux_plunger import backup, cli, constants, storage
+from kubectl_flux_plunger.cli import session
 from kubectl_flux_plunger import kube as K
 from kubectl_flux_plunger.verbs import stop as stop_verb
 
@@ -74,7 +75,7 @@ def routed(monkeypatch, kubeconfig):
     def use(routes):
         k = K.Kube.from_kubeconfig(kubeconfig)
         k._send = router = Router(routes)
-        monkeypatch.setattr(cli, "connect", lambda *a, **kw: k)
+        monkeypatch.setattr(session, "connect", lambda *a, **kw: k)
         return router
 
     return use

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kubectl_flux_plunger import cli, constants
+from kubectl_flux_plunger.cli import session
 from kubectl_flux_plunger.controller_lease import ControllerLease, read_all
 from kubectl_flux_plunger.executor import Executor, Options, Outcome, Result
 from kubectl_flux_plunger.selector import Op, SelectorError, parse
@@ -139,7 +140,7 @@ def test_a_bad_selector_is_one_usage_error_before_anything_is_read(capsys, monke
                                                                    tmp_path, argv):
     # a kubeconfig that does not exist: reading it (let alone a request) would fail otherwise
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "absent"))
-    monkeypatch.setattr(cli, "connect", lambda *a, **kw: pytest.fail("connected"))
+    monkeypatch.setattr(session, "connect", lambda *a, **kw: pytest.fail("connected"))
     code = cli.main(["--kubeconfig", str(tmp_path / "absent"), *argv]
                     if argv[0] != "serve" else argv)
     out, err = capsys.readouterr()
@@ -152,7 +153,7 @@ def test_a_bad_selector_is_one_usage_error_before_anything_is_read(capsys, monke
 
 
 def test_a_bad_lease_name_is_a_usage_error(capsys, monkeypatch):
-    monkeypatch.setattr(cli, "connect", lambda *a, **kw: pytest.fail("connected"))
+    monkeypatch.setattr(session, "connect", lambda *a, **kw: pytest.fail("connected"))
     code = cli.main(["recover", "-A", "--lease-name", "Shard_1"])
     err = capsys.readouterr().err
     assert code == cli.Exit.USAGE

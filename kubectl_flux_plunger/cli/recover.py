@@ -1,0 +1,55 @@
+"""``recover``: recover stuck HelmReleases once, with the decision table the controller runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .examples import Command
+from .options import (
+    concurrency_option,
+    connection_options,
+    dry_run_option,
+    duration_option,
+    events_addr_option,
+    lease_options,
+    output_option,
+    selection_options,
+)
+from .session import Target, api_errors, pass_target
+from .table import run_table
+
+
+@click.command("recover", cls=Command)
+@connection_options
+@selection_options
+@output_option
+@dry_run_option
+@concurrency_option(
+    "--concurrency",
+    default=8,
+    show_default=True,
+    help="Releases handled at once (each release is handled serially); also the "
+    "most API requests in flight at any moment.",
+)
+@duration_option(
+    "--handshake-timeout",
+    default="30s",
+    show_default=True,
+    help="How long to wait for helm-controller to observe the suspension before deleting.",
+)
+@click.option(
+    "--backup-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False),
+    help="Write each Secret to DIR (mode 0600) before deleting it; if the write fails "
+    "nothing is deleted. Undo with `restore FILE`.",
+)
+@lease_options
+@events_addr_option
+@api_errors
+@pass_target
+def recover(target: Target, **flags: Any) -> None:
+    """Recover stuck HelmReleases once (the same decision table the controller runs)."""
+    run_table("recover", None, target, **flags)

@@ -1,0 +1,72 @@
+"""``restore``: put back a revision saved by ``recover --backup-dir`` or serve's backup
+Secrets, never over an existing Secret."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from .examples import Command
+from .options import connection_options, dry_run_option, namespace_option, output_option
+from .session import Exit, Session, Target, api_errors, fail
+
+
+@click.command("restore", cls=Command)
+@connection_options
+@click.argument("source", metavar="FILE|SECRET")
+@namespace_option(help="Namespace of a backup SECRET (default: the context's).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Restore although the HelmRelease is not suspended by you (or is gone).",
+)
+@dry_run_option
+@output_option
+@api_errors
+def restore(
+    kubeconfig: str | None,
+    kube_context: str | None,
+    request_timeout: float | None,
+    source: str,
+    namespace: str | None,
+    force: bool,
+    dry_run: str,
+    output: str,
+    no_headers: bool,
+) -> None:
+    """Put back a revision saved by `recover --backup-dir` (FILE) or by serve's
+    --backup-secret-namespace ([NS/]SECRET).
+
+    Creates the Secret only while it is absent (never overwrites) and only while the
+    HelmRelease is suspended by you (e.g. `flux suspend helmrelease`), unless --force."""
+    from ..backup import BackupError, load_file, load_secret
+    from ..verbs import restore as verb
+    from . import render
+
+    s = Session(Target(kubeconfig, kube_context, request_timeout, namespace), dry_run)
+    try:
+        if os.path.exists(source):
+            doc, where = load_file(source), source
+        else:
+            ns, _, name = source.rpartition("/")
+            ns = ns or s.selection.namespace or "default"
+            doc, where = load_secret(s.kube, ns, name), f"Secret {ns}/{name}"
+    except BackupError as exc:
+        fail(str(exc))
+    res = verb.run(s.kube, doc, where, force=force, dry_run=dry_run)
+    if output in ("json", "yaml"):
+        click.echo(
+            render.dump(
+                render.document(
+                    "RestoreResult", [render.restore_item(res, dry_run)], dryRun=dry_run
+                ),
+                output,
+            )
+        )
+    elif output == "name":
+        if res.ok and res.name:
+            click.echo(f"secret/{res.name}")
+    else:
+        click.echo(res.line() + (render.DRY_SUFFIX[dry_run] if res.ok else ""), err=not res.ok)
+    raise SystemExit(int(Exit.OK if res.ok else Exit.FAILURE))

@@ -1,0 +1,37 @@
+"""``resume-owned``: lift the suspensions flux-plunger itself owns, with their fences."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from .examples import Command
+from .options import (
+    connection_options,
+    dry_run_option,
+    events_addr_option,
+    lease_options,
+    output_option,
+    selection_options,
+)
+from .session import Target, api_errors, pass_target
+from .table import run_table
+
+
+@click.command("resume-owned", cls=Command)
+@connection_options
+@selection_options
+@output_option
+@dry_run_option
+@lease_options
+@events_addr_option
+@api_errors
+@pass_target
+def resume_owned(target: Target, **flags: Any) -> None:
+    """Lift suspensions flux-plunger itself owns (e.g. left by a crash), with their fences.
+
+    Never touches a suspension another manager set."""
+    from ..verbs.recover import RESUME_ROWS
+
+    run_table("resume-owned", RESUME_ROWS, target, **flags)

@@ -1,0 +1,187 @@
+"""What a verb runs in: the connected client and the resolved selection (``Session``), the
+flags that name them packed into one value (``Target``), the running-controller check and
+the notifier of the writing verbs, and how a verb ends (``Exit``, ``fail``, API failures as
+one ``error:`` line).
+
+The Kubernetes client and the verbs are imported inside the functions: ``--help`` loads
+none of them.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NamedTuple, NoReturn, TypeVar, cast
+
+import click
+
+from .options import overrides
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Exit(enum.IntEnum):
+    OK = 0
+    FAILURE = 1
+    USAGE = 2
+    INTERRUPTED = 130
+
+
+def prog_name() -> str:
+    base = os.path.basename(sys.argv[0] or "")
+    if base.startswith("flux-"):
+        return "flux plunger"
+    return "kubectl flux-plunger"
+
+
+def fail(message: str, code: Exit = Exit.FAILURE) -> NoReturn:
+    click.echo(f"error: {message}", err=True)
+    raise SystemExit(int(code))
+
+
+class Target(NamedTuple):
+    """The connection and selection flags of a verb (``connection_options`` and
+    ``selection_options``), as one value."""
+
+    kubeconfig: str | None
+    kube_context: str | None
+    request_timeout: float | None
+    namespace: str | None = None
+    all_namespaces: bool = False
+    selector: str | None = None
+    names: tuple[str, ...] = ()
+
+
+def pass_target(fn: F) -> F:
+    """Hand the command its connection and selection flags as one ``Target`` (the first
+    argument) instead of seven."""
+
+    @functools.wraps(fn)
+    def wrapper(**kwargs: Any) -> Any:
+        target = Target(**{field: kwargs.pop(field) for field in Target._fields})
+        return fn(target, **kwargs)
+
+    return cast(F, wrapper)  # functools.wraps keeps the signature mypy cannot see kept
+
+
+class Session:
+    """What a verb needs: a connected client and the resolved selection."""
+
+    def __init__(self, target: Target, dry_run: str = "none") -> None:
+        from ..kube import Kube
+        from ..verbs.select import Selection
+
+        kubeconfig, kube_context, request_timeout, namespace, all_namespaces, selector, names = (
+            target
+        )
+        if names and all_namespaces:
+            raise click.UsageError("a resource cannot be retrieved by name across all namespaces")
+        if names and selector:
+            raise click.UsageError("name cannot be provided when a selector is specified")
+        if namespace is not None and not namespace.strip():
+            raise click.UsageError("--namespace must not be empty")
+        self.kube: Kube = connect(
+            kubeconfig, kube_context, request_timeout, dry_run=(dry_run == "server")
+        )
+        ns = None if all_namespaces else (namespace or _default_namespace(kubeconfig, kube_context))
+        self.selection = Selection(
+            namespace=ns, all_namespaces=all_namespaces, selector=selector, names=tuple(names)
+        )
+        self.dry_run = dry_run
+
+    def where(self) -> str:
+        """`` in NS namespace`` as kubectl words it (empty under -A)."""
+        return "" if self.selection.all_namespaces else f" in {self.selection.namespace} namespace"
+
+
+def connect(
+    kubeconfig: str | None, kube_context: str | None, request_timeout: float | None, **kwargs: Any
+) -> Any:
+    """A :class:`~kubectl_flux_plunger.kube.Kube` for the command line's connection flags;
+    configuration problems are one ``error:`` line."""
+    from ..kube import ConfigError, Kube
+
+    if kubeconfig and not os.path.exists(kubeconfig):
+        fail(f"stat {kubeconfig}: no such file or directory")
+    o = overrides()
+    if o.certificate_authority and not os.path.isfile(o.certificate_authority):
+        fail(
+            f"unable to read certificate-authority {o.certificate_authority}: "
+            "no such file or directory"
+        )
+    try:
+        return Kube.from_kubeconfig(
+            kubeconfig, kube_context, o, request_timeout=request_timeout or None, **kwargs
+        )
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def _default_namespace(kubeconfig: str | None, kube_context: str | None) -> str:
+    from ..kube import ConfigError, default_namespace
+
+    try:
+        return default_namespace(kubeconfig, kube_context)
+    except ConfigError as exc:
+        fail(str(exc))
+
+
+def api_errors(fn: F) -> F:
+    """Turn API failures into one ``error:`` line and exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ..kube import KubeError
+        from ..verbs.select import SelectionError
+
+        try:
+            return fn(*args, **kwargs)
+        except KubeError as exc:
+            fail(str(exc) if exc.status == 0 else f"{exc.reason}: {exc}")
+        except SelectionError as exc:
+            fail(str(exc))
+
+    return cast(F, wrapper)  # functools.wraps keeps the signature mypy cannot see kept
+
+
+def controller_check(
+    kube: Any, lease_namespace: str | None, force: bool, lease_name: str | None = None
+) -> None:
+    """Refuse (exit 1) while another identity holds the controller's Lease, unless forced."""
+    import datetime as dt
+
+    from .. import constants as C
+    from .. import controller_lease
+
+    if lease_namespace is not None and not lease_namespace.strip():
+        raise click.UsageError("--lease-namespace must not be empty")
+    lease = controller_lease.read(
+        kube,
+        lease_namespace or controller_lease.default_lease_namespace(),
+        name=lease_name or C.LEASE_NAME,
+    )
+    now = dt.datetime.now(dt.timezone.utc)
+    if not lease.readable:
+        click.echo(
+            f"warning: cannot tell whether a flux-plunger controller is running: "
+            f"{lease.describe(now)}",
+            err=True,
+        )
+    why = controller_lease.refusal(lease, now)
+    if why and not force:
+        fail(why)
+
+
+def notifier(events_addr: str | None, dry_run: str) -> Any:
+    """The Notifier of a one-shot verb (None: off, or a dry run), flushed with a short
+    bounded wait when the command ends."""
+    if not events_addr or dry_run != "none":
+        return None
+    from ..notify import Notifier
+
+    made = Notifier(events_addr)
+    click.get_current_context().call_on_close(made.close)
+    return made

@@ -1,0 +1,181 @@
+"""The one body of the verbs that run the decision table once over a selection and print
+a table of outcomes — ``recover`` and ``resume-owned`` — with their summary line."""
+
+from __future__ import annotations
+
+from typing import Any, NoReturn
+
+import click
+
+from .session import Exit, Session, Target, controller_check, notifier, prog_name
+
+
+def run_table(
+    verb_name: str,
+    only_rows: frozenset[Any] | None,
+    target: Target,
+    *,
+    output: str,
+    no_headers: bool,
+    dry_run: str,
+    concurrency: int = 1,
+    handshake_timeout: float = 30.0,
+    lease_namespace: str | None = None,
+    force: bool = False,
+    backup_dir: str | None = None,
+    lease_name: str | None = None,
+    events_addr: str | None = None,
+) -> NoReturn:
+    """Run the decision table once over the selection (``only_rows``: the rows that may
+    act, None for all) and render the outcomes: the body of ``recover`` and
+    ``resume-owned``, streamed as each release finishes."""
+    from ..events import Recorder
+    from ..executor import Executor, Options, Result
+    from ..plan import Row
+    from ..verbs import recover as verb
+    from ..verbs.select import fetch
+    from . import render
+    from .progress import INTERRUPTED_EXIT, Stream
+
+    s = Session(target, dry_run)
+    names = target.names
+    if dry_run != "client":
+        # before the reads that decide: the named read stays right before its acquire
+        controller_check(s.kube, lease_namespace, force, lease_name)
+    from ..backup import DirectoryBackup
+
+    def show(o: Any) -> bool:
+        return bool(
+            o.row not in (Row.HEALTHY, Row.TERMINATING_UNFENCED)
+            or names
+            or o.result != Result.UNCHANGED
+        )
+
+    def line(o: Any) -> str | None:
+        if output in ("json", "yaml") or not show(o):
+            return None
+        if output == "name":
+            return render.names([(o.namespace, o.name)])
+        return render.outcome_line(o, all_namespaces=s.selection.all_namespaces, dry_run=dry_run)
+
+    # results stream as each release finishes; Ctrl-C stops (cli/progress.py); the total
+    # is known once the releases are read
+    stream = Stream(verb=verb_name, total=0, line=line, prog=prog_name())
+    # a stop is noticed between handshake watch windows: keep them short
+    opts = Options(
+        selector=s.selection.matcher(),
+        dry_run_client=(dry_run == "client"),
+        allow_recover=(only_rows is None),
+        handshake_timeout=handshake_timeout,
+        handshake_window=1.0,
+        backup=DirectoryBackup(backup_dir) if backup_dir else None,
+    )
+    executor = Executor(
+        s.kube,
+        Recorder(s.kube, enabled=(dry_run == "none"), notifier=notifier(events_addr, dry_run)),
+        options=opts,
+        should_stop=stream.stop.is_set,
+    )
+    # a named release is read as a watch-list the recovery then goes on on (one request
+    # for the read and the WATCH); listed releases are re-read by name before acting
+    watched = verb.WatchedReads(executor)
+    try:
+        releases, missing = fetch(s.kube, s.selection, read=watched)
+    except BaseException:
+        watched.close()
+        raise
+    for m in missing:
+        click.echo(f"Error from server (NotFound): {m}", err=True)
+
+    stream.total = len(releases)
+    try:
+        with stream.interruptible():
+            outcomes = verb.run(
+                executor,
+                releases,
+                concurrency=concurrency,
+                only_rows=only_rows,
+                fresh=bool(names),
+                on_start=stream.started,
+                on_result=stream.finished,
+                stop=stream.stop,
+                watched=watched,
+            )
+    finally:
+        watched.close()
+    stream.close()
+    shown = [o for o in outcomes if show(o)]
+    if output in ("json", "yaml"):
+        click.echo(
+            render.dump(
+                render.document(
+                    "RecoveryResult",
+                    [render.outcome_item(o, dry_run) for o in shown],
+                    dryRun=dry_run,
+                    summary=counts(outcomes),
+                ),
+                output,
+            )
+        )
+    if not releases and not missing and output not in ("json", "yaml"):
+        click.echo(f"No resources found{s.where()}.", err=True)
+    failed = [o for o in outcomes if o.failed or o.result in (Result.DEFERRED, Result.SKIPPED)]
+    if output in ("table", "wide"):
+        click.echo(summary(verb_name, outcomes, dry_run), err=not shown)
+    if stream.stop.is_set():
+        not_done = [
+            (o.namespace, o.name) for o in outcomes if o.result == Result.DEFERRED or o.failed
+        ]
+        stream.report_left(not_done, verb.still_held(s.kube, stream.interrupted_in_flight()))
+        raise SystemExit(INTERRUPTED_EXIT)
+    raise SystemExit(int(Exit.FAILURE if failed or missing else Exit.OK))
+
+
+def counts(outcomes: list[Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for o in outcomes:
+        out[str(o.result)] = out.get(str(o.result), 0) + 1
+    return dict(sorted(out.items()))
+
+
+def summary(verb_name: str, outcomes: list[Any], dry_run: str) -> str:
+    from ..executor import Result
+    from ..plan import Row
+    from .render import DRY_SUFFIX
+
+    def count(*results: Result) -> int:
+        return sum(o.result in results for o in outcomes)
+
+    def planned(*rows: Row) -> int:
+        return sum(o.result == Result.PLANNED and bool(o.steps) and o.row in rows for o in outcomes)
+
+    failed = sum(o.failed for o in outcomes)
+    suffix = DRY_SUFFIX[dry_run]
+    if verb_name == "recover":
+        stuck = [o for o in outcomes if o.row == Row.LIVE_STUCK]
+        waiting = count(Result.AWAITING_RETRY)
+        done = (
+            f"would recover {planned(Row.LIVE_STUCK)}"
+            if dry_run == "client"
+            else f"would recover {count(Result.RECOVERED)}"
+            if dry_run == "server"
+            else f"recovered {count(Result.RECOVERED)}"
+        )
+        return (
+            f"{done} of {len(stuck) - waiting} stuck HelmReleases, "
+            f"{count(Result.DEFERRED)} deferred, {count(Result.SKIPPED)} skipped, "
+            f"{failed} failed"
+            + (
+                f"; {waiting} recovered earlier, awaiting helm-controller's retry"
+                if waiting
+                else ""
+            )
+            + suffix
+        )
+    lifted = (
+        planned(Row.LIVE_SUSPENDED_OWNED, Row.TERMINATING_SUSPENDED_OWNED)
+        if dry_run == "client"
+        else count(Result.RELINQUISHED)
+    )
+    verb = "would lift" if dry_run != "none" else "lifted"
+    return f"{verb} {lifted} flux-plunger suspensions, {failed} failed{suffix}"
