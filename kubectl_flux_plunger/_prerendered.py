@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '5e555231'
+FINGERPRINT = 'b360a185'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -151,7 +151,8 @@ def check_timings(
 @duration_option(
     "--resync-period",
     default="10m",
-    help="Interval of a fresh LIST that re-enqueues every candidate release.",
+    help="Interval of a fresh sync (a watch-list, or a LIST where the server serves none) "
+    "that re-enqueues every candidate release.",
 )
 @duration_option(
     "--fence-recheck-interval",

@@ -134,9 +134,8 @@ class Executor:
         in ``only_rows`` when given (otherwise: unchanged, nothing written)."""
         hr, watch = self.read_watched(namespace, name, only_rows)
         try:
-            if not self.selected(hr):
-                assert self.opt.selector is not None
-                return outside(self.opt.selector, namespace, name)
+            if (left := self._outside(hr, namespace, name)) is not None:
+                return left
             if only_rows is not None and hr is not None:
                 d = plan.decide(hr, self.clock())
                 if d.row not in only_rows:
@@ -149,8 +148,15 @@ class Executor:
     def selected(self, hr: Obj | None) -> bool:
         """Whether a fresh read is inside ``Options.selector`` (a gone release is: its
         row is ``gone``, which writes nothing)."""
+        return self._outside(hr, "", "") is None
+
+    def _outside(self, hr: Obj | None, namespace: str, name: str) -> Outcome | None:
+        """The pass's outcome when a fresh read found the release outside
+        ``Options.selector`` (nothing is written to it), else None."""
         sel = self.opt.selector
-        return hr is None or sel is None or sel.matches_object(hr)
+        if hr is None or sel is None or sel.matches_object(hr):
+            return None
+        return outside(sel, namespace, name)
 
     def read_watched(
         self, namespace: str, name: str, only_rows: frozenset[plan.Row] | None = None
@@ -324,9 +330,8 @@ class Executor:
                     fresh = True
                     if watch is not None:
                         opened.callback(watch.close)
-                    if not self.selected(current):
-                        assert self.opt.selector is not None
-                        return outside(self.opt.selector, ns, name)
+                    if (left := self._outside(current, ns, name)) is not None:
+                        return left
                     if only_rows is not None:
                         continue  # its row must still be one of only_rows
                 out = self.apply_decision(ns, name, current, watch if prev is None else None)
