@@ -271,3 +271,49 @@ def test_flux_resume_landing_mid_recovery_stops_it_before_any_delete(flux_binary
     assert C.PROCESSED_ANNOTATION not in (hr["metadata"].get("annotations") or {})
     assert not [e for e in hr["metadata"].get("managedFields") or []
                 if e.get("manager") == C.FIELD_MANAGER], hr["metadata"]["managedFields"]
+
+
+def test_flux_suspend_landing_mid_recovery_is_a_no_op_and_is_lifted_with_ours(
+        flux_binary, plane, cluster, tmp_path):
+    """README "Operating notes": while `recover` holds a release (spec.suspend already true,
+    owned by flux-plunger), the real `flux suspend` succeeds but writes nothing — its merge
+    patch is empty, so it takes no ownership of spec.suspend — and when the recovery ends
+    (here: deferred, no helm-controller answers its handshake) flux-plunger lifts the
+    suspension: the operator's suspend is gone, as the note warns."""
+    from kubectl_flux_plunger import constants as C
+    from kubectl_flux_plunger import ownership
+    from testplane.cluster import eventually
+
+    from .conftest import stuck_release
+
+    ns, lease_ns = cluster.namespace("suspend"), cluster.namespace("lease")
+    stuck_release(cluster, ns)
+    env = dict(os.environ, KUBECONFIG=str(plane.kubeconfig))
+    recover = subprocess.Popen(
+        [sys.executable, "-m", "kubectl_flux_plunger", "recover", "-n", ns, "demo",
+         "--lease-namespace", lease_ns, "--handshake-timeout", "8s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        eventually(lambda: ownership.owns_suspend(cluster.get(ns, "demo"))
+                   and cluster.get(ns, "demo")["spec"].get("suspend"), 30,
+                   "the recovery holding the release")
+        held = cluster.get(ns, "demo")
+        res = _real_flux(flux_binary, {"PATH": SYSTEM_PATH, "HOME": str(tmp_path / "home")},
+                         "suspend", "helmrelease", "demo", "-n", ns,
+                         "--kubeconfig", str(plane.kubeconfig))
+        assert res.returncode == 0, res
+        after = cluster.get(ns, "demo")
+        # nothing written: the same resourceVersion, spec.suspend still ours alone
+        assert after["metadata"]["resourceVersion"] == held["metadata"]["resourceVersion"]
+        assert ownership.suspend_owners(after) == [(C.FIELD_MANAGER, "Apply")], \
+            after["metadata"]["managedFields"]
+        out, err = recover.communicate(timeout=60)
+    finally:
+        if recover.poll() is None:
+            recover.kill()
+            recover.communicate()
+    assert recover.returncode == 1 and "deferred" in out, (out, err)
+    hr = cluster.get(ns, "demo")
+    assert not hr["spec"].get("suspend"), hr["spec"]     # the operator's suspend did not stay
+    assert ownership.suspend_owners(hr) == [], hr["metadata"]["managedFields"]
+    assert C.FENCE not in (hr["metadata"].get("finalizers") or []), hr["metadata"]
