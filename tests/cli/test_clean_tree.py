@@ -52,8 +52,7 @@ def test_kubectl_in_the_session_keeps_its_cache_out_of_home_and_the_tree():
     cache = os.environ.get("KUBECACHEDIR", "")
     assert cache and not Path(cache).resolve().is_relative_to(ROOT)
     kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        pytest.skip("kubectl is not installed: the cache directory kubectl would pick is unchecked")
+    assert kubectl, "kubectl is not on PATH: the cache directory kubectl would pick is unchecked"
     env = {k: v for k, v in os.environ.items() if k != "HOME"}
     proc = subprocess.run([kubectl, "options"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=60)

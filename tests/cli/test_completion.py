@@ -25,10 +25,21 @@ HELPER = ROOT / "krew" / "kubectl_complete-flux_plunger"
 VENV_BIN = Path(sys.executable).parent
 KUBECTL = shutil.which("kubectl")
 BASH = shutil.which("bash")
-needs_kubectl = pytest.mark.skipif(
-    KUBECTL is None, reason="kubectl is not on PATH (these run kubectl's own plugin completion)")
-needs_bash = pytest.mark.skipif(
-    BASH is None, reason="bash is not on PATH (these source the completion script into bash)")
+
+
+@pytest.fixture
+def kubectl_present() -> None:
+    assert KUBECTL, "kubectl is not on PATH: these run kubectl's own plugin completion"
+
+
+@pytest.fixture
+def bash_present() -> None:
+    assert BASH, "bash is not on PATH: these source the completion script into bash"
+
+
+# a missing kubectl or bash fails these loudly, never skips them
+needs_kubectl = pytest.mark.usefixtures("kubectl_present")
+needs_bash = pytest.mark.usefixtures("bash_present")
 
 
 @pytest.fixture(scope="module")
