@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'b360a185'
+FINGERPRINT = '90c0c41c'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -1,15 +1,19 @@
-"""Is a flux-plunger controller running?  Read from its leader-election Lease (SPEC §3, §4).
+"""Which flux-plunger controllers are running, and what each watches: read from their
+leader-election Leases (SPEC §2, §3).
 
-One-shot verbs that write (``recover``, ``resume-owned``) write as the same field manager as
-the controller, so they cannot tell a running controller's in-flight suspension from a crash
-leftover by the object alone.  The controller's Lease tells: while another identity holds it
-unexpired, those verbs refuse (unless forced), and ``status`` shows who holds it.
+Every flux-plunger — each shard's ``serve``, the reference controller, a one-shot verb —
+writes as the same field manager, so the object alone cannot tell a running controller's
+in-flight suspension from a crash leftover.  The Leases tell: the verbs that write read every
+flux-plunger Lease of the lease namespace with one LIST (:func:`survey`) and leave alone each
+release a live one covers (:meth:`Controllers.covering`), unless forced; ``status`` shows who
+holds each Lease and which controller covers each release.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, replace
 
 from . import constants as C
 from .detect import parse_timestamp
@@ -78,12 +82,89 @@ class ControllerLease:
             return f"cannot read {where}: {self.error}"
         if not self.holder:
             return f"no flux-plunger controller holds {where}"
+        return self._holds(now) + self.scope()
+
+    def _holds(self, now: dt.datetime) -> str:
         age = self.age(now)
         renewed = f"last renewed {age:.0f}s ago" if age is not None else "never renewed"
         state = "running" if self.running else "expired"
         return (
-            f"flux-plunger controller {self.holder} holds {where} ({state}, {renewed})"
-            + self.scope()
+            f"flux-plunger controller {self.holder} holds Lease {self.namespace}/{self.name} "
+            f"({state}, {renewed})"
+        )
+
+    def coverage(self) -> str:
+        """What this controller is taken to watch, as a deferral says it: the recorded
+        scope, or why it is taken to watch every release."""
+        if self.selector is None and self.watch_namespace is None:
+            return (
+                " (it records no scope, as the reference controller's: taken to watch every "
+                "release)"
+            )
+        if self.selector:
+            try:
+                parse_selector(self.selector)
+            except SelectorError:
+                return (
+                    f"{self.scope()[:-1]}, a selector that does not parse: taken to watch "
+                    "every release)"
+                )
+        return self.scope() or " (watching every release)"
+
+    def deferral(self, now: dt.datetime) -> str:
+        """Why a writing verb leaves a release this controller covers alone (one line)."""
+        return (
+            f"left alone: {self._holds(now)}{self.coverage()} and covers this release, so it "
+            "may be recovering it right now; stop it or pass --force to act anyway"
+        )
+
+
+def _ours(lease: Obj, names: Collection[str]) -> bool:
+    """A flux-plunger controller's Lease: the contract's name, a shard's (the chart names
+    them ``<install>.flux-plunger.cozystack.io``), one carrying the scope serve records, or
+    one of ``names`` (``--lease-name``)."""
+    md = lease.get("metadata") or {}
+    name = md.get("name") or ""
+    annotations = md.get("annotations") or {}
+    return (
+        name == C.LEASE_NAME
+        or name.endswith("." + C.LEASE_NAME)
+        or name in names
+        or C.LEASE_SELECTOR_ANNOTATION in annotations
+        or C.LEASE_NAMESPACE_ANNOTATION in annotations
+    )
+
+
+@dataclass(frozen=True)
+class Controllers:
+    """Every flux-plunger Lease of one namespace as one read saw them (:func:`survey`):
+    the contract's first (also when absent), then the others by name.  ``list_error``: the
+    LIST was refused, so only the Leases named (the contract's and ``--lease-name``) were
+    read, each with a GET."""
+
+    namespace: str
+    leases: tuple[ControllerLease, ...]
+    list_error: str = ""
+
+    def live(self) -> list[ControllerLease]:
+        """The controllers running now: held and renewed within their lease duration (an
+        expired or released Lease does not count)."""
+        return [c for c in self.leases if c.running]
+
+    def covering(self, hr: Obj) -> ControllerLease | None:
+        """The first running controller whose recorded scope covers ``hr`` (a Lease whose
+        scope cannot be read covers every release), or None."""
+        return next((c for c in self.live() if c.covers(hr)), None)
+
+    def unreadable(self) -> list[ControllerLease]:
+        return [c for c in self.leases if not c.readable]
+
+    def without(self, names: Iterable[tuple[str, str]]) -> Controllers:
+        """The same, less the Leases ``(namespace, name)`` in ``names`` (release-fence
+        --stop-deployment: the controller it just stopped)."""
+        gone = set(names)
+        return replace(
+            self, leases=tuple(c for c in self.leases if (c.namespace, c.name) not in gone)
         )
 
 
@@ -101,24 +182,36 @@ def read(
     return _of(lease, namespace, name, now)
 
 
-def read_all(kube: Kube, namespace: str, now: dt.datetime | None = None) -> list[ControllerLease]:
+def survey(
+    kube: Kube, namespace: str, now: dt.datetime | None = None, names: Collection[str] = ()
+) -> Controllers:
     """Every flux-plunger controller's Lease in ``namespace`` with one LIST (sharding: one
-    Lease per install, each recording what it watches): the contract's Lease first (also
-    when absent: "no controller holds it"), then the others by name.  A LIST that is refused
-    falls back to the GET of the contract's Lease."""
+    Lease per install, each recording what it watches).  ``names``: Lease names to count as
+    flux-plunger's even without the annotations serve writes (``--lease-name``): they only
+    ever add to what is read, never narrow it.  A LIST that is refused falls back to one GET
+    of each named Lease, the contract's first (``Controllers.list_error`` says so)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     try:
         items = kube.list_leases(namespace)
-    except KubeError:
-        return [read(kube, namespace, now)]
+    except KubeError as exc:
+        named = dict.fromkeys((C.LEASE_NAME, *names))
+        return Controllers(
+            namespace, tuple(read(kube, namespace, now, n) for n in named), list_error=str(exc)
+        )
     ours = {}
     for lease in items:
-        md = lease.get("metadata") or {}
-        name = md.get("name") or ""
-        if name == C.LEASE_NAME or C.LEASE_SELECTOR_ANNOTATION in (md.get("annotations") or {}):
+        if _ours(lease, names):
+            name = (lease.get("metadata") or {}).get("name") or ""
             ours[name] = _of(lease, namespace, name, now)
     first = ours.pop(C.LEASE_NAME, None) or _of(None, namespace, C.LEASE_NAME, now)
-    return [first] + [ours[n] for n in sorted(ours)]
+    return Controllers(namespace, (first, *(ours[n] for n in sorted(ours))))
+
+
+def read_all(
+    kube: Kube, namespace: str, now: dt.datetime | None = None, names: Collection[str] = ()
+) -> list[ControllerLease]:
+    """:func:`survey`'s Leases, as a list (``status``)."""
+    return list(survey(kube, namespace, now, names).leases)
 
 
 def _of(lease: Obj | None, namespace: str, name: str, now: dt.datetime) -> ControllerLease:
@@ -148,14 +241,3 @@ def _of(lease: Obj | None, namespace: str, name: str, now: dt.datetime) -> Contr
         selector=annotations.get(C.LEASE_SELECTOR_ANNOTATION),
         watch_namespace=annotations.get(C.LEASE_NAMESPACE_ANNOTATION),
     )
-
-
-def refusal(lease: ControllerLease, now: dt.datetime) -> str | None:
-    """Why a writing one-shot verb must not act, or None.  An unreadable Lease is not a
-    refusal: a user without access to the controller's namespace can still recover."""
-    if lease.running:
-        return (
-            f"{lease.describe(now)}: it may be recovering these releases right now; "
-            f"stop it or pass --force to act anyway"
-        )
-    return None

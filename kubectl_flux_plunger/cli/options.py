@@ -251,15 +251,16 @@ def selection_options(f: F) -> F:
 
 
 def lease_name_option(f: F) -> F:
-    """--lease-name (alias --leader-election-id, serve's flag): a shard's controller Lease."""
+    """--lease-name (alias --leader-election-id, serve's flag): one more Lease to count."""
     return click.option(
         "--lease-name",
         "--leader-election-id",
         "lease_name",
         metavar="NAME",
         callback=_check_lease_name,
-        help="Name of the controller's Lease: the --leader-election-id of the flux-plunger "
-        "(shard) whose releases these are [default: flux-plunger.cozystack.io].",
+        help="Also count the Lease NAME as a flux-plunger controller's, even without the "
+        "scope serve records on its own. Every flux-plunger Lease of --lease-namespace is "
+        "read anyway (one LIST); this never narrows that.",
     )(f)
 
 
@@ -272,21 +273,33 @@ def _check_lease_name(ctx: click.Context, param: click.Parameter, value: str | N
     return value
 
 
-def lease_options(f: F, *, force: bool = True) -> F:
-    """--lease-namespace, --lease-name (and --force): the running-controller check of
-    writing verbs."""
+def lease_options(f: F) -> F:
+    """--lease-namespace, --lease-name and --force: the running-controller check of the
+    verbs that write."""
+    return _lease_options(f, force=True)
+
+
+def lease_scope_options(f: F) -> F:
+    """--lease-namespace and --lease-name, for a verb with a --force of its own (restore)."""
+    return _lease_options(f, force=False)
+
+
+def _lease_options(f: F, *, force: bool) -> F:
     f = lease_name_option(f)
     if force:
         f = click.option(
             "--force",
             is_flag=True,
-            help="Act even while a flux-plunger controller holds its Lease.",
+            help="Act also on releases a running flux-plunger controller covers (no Lease "
+            "is read).",
         )(f)
     return click.option(
         "--lease-namespace",
         metavar="NS",
-        help="Namespace of the controller's Lease (see --lease-name) "
-        "[default: the pod's namespace in a cluster, else flux-plunger].",
+        help="Namespace of the flux-plunger controllers' Leases: a release a running one "
+        "covers (its recorded namespace and selector; one without a readable scope covers "
+        "every release) is left to it [default: the pod's namespace in a cluster, else "
+        "flux-plunger].",
     )(f)
 
 

@@ -14,10 +14,20 @@ from .options import (
     dry_run_option,
     duration_option,
     events_addr_option,
+    lease_options,
     output_option,
     selection_options,
 )
-from .session import Exit, Session, Target, api_errors, fail, notifier, pass_target
+from .session import (
+    Exit,
+    Session,
+    Target,
+    api_errors,
+    controller_check,
+    fail,
+    notifier,
+    pass_target,
+)
 
 
 @click.command("release-fence", cls=Command)
@@ -60,6 +70,7 @@ from .session import Exit, Session, Target, api_errors, fail, notifier, pass_tar
     help="How long --stop-deployment waits for the pods to go (and, when some did "
     "not, once more after the sweep before looking for fences set behind it).",
 )
+@lease_options
 @events_addr_option
 @api_errors
 @pass_target
@@ -75,12 +86,17 @@ def release_fence(
     concurrency: int,
     stop_deployment: str | None,
     stop_timeout: float,
+    lease_namespace: str | None,
+    force: bool,
+    lease_name: str | None,
     events_addr: str | None,
 ) -> None:
     """Remove flux-plunger's uninstall fence (what uninstalling the controller runs).
 
     Lifts suspensions flux-plunger alone owns, removes every copy of the fence, and
-    exits non-zero while any fence remains."""
+    exits non-zero while any fence remains.  A release a running flux-plunger controller
+    covers is left to it (NOT released), unless --force; the controller --stop-deployment
+    stopped does not count."""
     import time
 
     from .. import detect
@@ -105,6 +121,20 @@ def release_fence(
     )
     # the global deadline counts from here: the stop before it is bounded on its own
     ends = time.monotonic() + deadline if deadline else None
+    # every flux-plunger Lease, read after the stop (a controller that stopped gave its
+    # Lease up) and before the LIST that decides; the stopped controller's own Lease does
+    # not count (it may outlive a pod that did not drain)
+    covered = (
+        controller_check(
+            s.kube,
+            lease_namespace,
+            force,
+            lease_name,
+            stopped=(stopped.lease,) if stopped is not None and stopped.lease else (),
+        )
+        if dry_run != "client"
+        else None
+    )
     releases, missing = fetch(s.kube, s.selection)
     for m in missing:
         click.echo(f"Error from server (NotFound): {m}", err=True)
@@ -148,7 +178,7 @@ def release_fence(
         executor = Executor(
             s.kube,
             Recorder(s.kube, enabled=(dry_run == "none"), notifier=notifier(events_addr, dry_run)),
-            options=Options(allow_recover=False, selector=s.selection.matcher()),
+            options=Options(allow_recover=False, selector=s.selection.matcher(), covered=covered),
         )
         wait_for = timeout if ends is None else max(0.0, min(timeout, ends - time.monotonic()))
         fenced, released_waiting = verb.wait_uninstalls(executor, fenced, wait_for)
@@ -161,6 +191,7 @@ def release_fence(
         deadline=ends,
         concurrency=concurrency,
         selector=s.selection.matcher(),
+        covered=covered,
     )
     if stopped is not None and (stopped.pods_left or stopped.pods_unknown):
         # a controller pod that did not go may fence a release behind the sweep: give it

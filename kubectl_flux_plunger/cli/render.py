@@ -234,6 +234,8 @@ def outcome_item(o: Any, dry_run: str) -> dict[str, Any]:
         "revision": o.revision,
         "message": _null(o.detail),
         "steps": list(o.steps),
+        # the Lease of the running controller the release was left to (it covers it)
+        "controller": _null(getattr(o, "controller", "")),
         "dryRun": dry_run,
     }
 
@@ -246,6 +248,7 @@ def fence_item(r: Any, dry_run: str) -> dict[str, Any]:
         "released": bool(r.released),
         "withoutUninstall": bool(r.without_uninstall),
         "message": _null(r.detail),
+        "controller": _null(getattr(r, "controller", "")),
         "dryRun": dry_run,
     }
 
@@ -259,6 +262,7 @@ def restore_item(res: Any, dry_run: str) -> dict[str, Any]:
         "revision": res.revision or None,
         "cluster": _null(res.cluster),
         "message": _null(res.detail),
+        "controller": _null(getattr(res, "controller", "")),
         "dryRun": dry_run,
     }
 

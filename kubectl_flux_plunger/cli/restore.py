@@ -8,8 +8,14 @@ import os
 import click
 
 from .examples import Command
-from .options import connection_options, dry_run_option, namespace_option, output_option
-from .session import Exit, Session, Target, api_errors, fail
+from .options import (
+    connection_options,
+    dry_run_option,
+    lease_scope_options,
+    namespace_option,
+    output_option,
+)
+from .session import Exit, Session, Target, api_errors, controller_check, fail
 
 
 @click.command("restore", cls=Command)
@@ -19,10 +25,12 @@ from .session import Exit, Session, Target, api_errors, fail
 @click.option(
     "--force",
     is_flag=True,
-    help="Restore although the HelmRelease is not suspended by you (or is gone).",
+    help="Restore although the HelmRelease is not suspended by you (or is gone), or a "
+    "running flux-plunger controller covers it.",
 )
 @dry_run_option
 @output_option
+@lease_scope_options
 @api_errors
 def restore(
     kubeconfig: str | None,
@@ -34,12 +42,15 @@ def restore(
     dry_run: str,
     output: str,
     no_headers: bool,
+    lease_namespace: str | None,
+    lease_name: str | None,
 ) -> None:
     """Put back a revision saved by `recover --backup-dir` (FILE) or by serve's
     --backup-secret-namespace ([NS/]SECRET).
 
     Creates the Secret only while it is absent (never overwrites) and only while the
-    HelmRelease is suspended by you (e.g. `flux suspend helmrelease`), unless --force."""
+    HelmRelease is suspended by you (e.g. `flux suspend helmrelease`) and no running
+    flux-plunger controller covers it, unless --force."""
     from ..backup import BackupError, load_file, load_secret
     from ..verbs import restore as verb
     from . import render
@@ -54,7 +65,12 @@ def restore(
             doc, where = load_secret(s.kube, ns, name), f"Secret {ns}/{name}"
     except BackupError as exc:
         fail(str(exc))
-    res = verb.run(s.kube, doc, where, force=force, dry_run=dry_run)
+    covered = (
+        controller_check(s.kube, lease_namespace, force, lease_name)
+        if dry_run != "client"
+        else None
+    )
+    res = verb.run(s.kube, doc, where, force=force, dry_run=dry_run, covered=covered)
     if output in ("json", "yaml"):
         click.echo(
             render.dump(

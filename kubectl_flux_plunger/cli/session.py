@@ -148,31 +148,58 @@ def api_errors(fn: F) -> F:
 
 
 def controller_check(
-    kube: Any, lease_namespace: str | None, force: bool, lease_name: str | None = None
-) -> None:
-    """Refuse (exit 1) while another identity holds the controller's Lease, unless forced."""
+    kube: Any,
+    lease_namespace: str | None,
+    force: bool,
+    lease_name: str | None = None,
+    *,
+    stopped: tuple[tuple[str, str], ...] = (),
+) -> Any:
+    """The running-controller check of the verbs that write (SPEC §2), read once, before
+    the reads that decide: every flux-plunger Lease of the lease namespace with one LIST.
+    Returns the per-release check for ``Options.covered`` — the running controller that
+    covers a release, as a ``Covered`` — or None with ``--force`` (nothing is read then).
+
+    ``--lease-name`` only adds a Lease to count as flux-plunger's; it never narrows the
+    check.  ``stopped``: Leases (namespace, name) of a controller this command has just
+    stopped (``release-fence --stop-deployment``), not counted.  A refused LIST falls back
+    to the GET of the named Leases, and a Lease that cannot be read at all is a warning, not
+    a refusal (a user without access to the controller's namespace can still act)."""
     import datetime as dt
 
     from .. import constants as C
     from .. import controller_lease
+    from ..executor import Covered
 
     if lease_namespace is not None and not lease_namespace.strip():
         raise click.UsageError("--lease-namespace must not be empty")
-    lease = controller_lease.read(
-        kube,
-        lease_namespace or controller_lease.default_lease_namespace(),
-        name=lease_name or C.LEASE_NAME,
-    )
+    if force:
+        return None
+    ns = lease_namespace or controller_lease.default_lease_namespace()
+    names = (lease_name,) if lease_name else ()
+    found = controller_lease.survey(kube, ns, names=names).without(stopped)
     now = dt.datetime.now(dt.timezone.utc)
-    if not lease.readable:
+    if found.list_error:
+        read = ", ".join(dict.fromkeys((C.LEASE_NAME, *names)))
+        click.echo(
+            f"warning: cannot list the Leases in namespace {ns} ({found.list_error}); "
+            f"looking for a running flux-plunger controller only on Lease {read}",
+            err=True,
+        )
+    for lease in found.unreadable():
         click.echo(
             f"warning: cannot tell whether a flux-plunger controller is running: "
             f"{lease.describe(now)}",
             err=True,
         )
-    why = controller_lease.refusal(lease, now)
-    if why and not force:
-        fail(why)
+    if not found.live():
+        return None
+
+    def check(hr: Any) -> Any:
+        by = found.covering(hr)
+        return None if by is None else Covered(by.name, by.deferral(now))
+
+    return check
 
 
 def notifier(events_addr: str | None, dry_run: str) -> Any:

@@ -26,7 +26,7 @@ from .session import Exit, Session, Target, api_errors, pass_target
     "--lease-namespace",
     metavar="NS",
     help="Namespace of the controllers' Leases: every flux-plunger Lease there is read (one "
-    "LIST; each shard's records what it watches) unless --lease-name names one "
+    "LIST; each shard's records what it watches) "
     "[default: the pod's namespace in a cluster, else flux-plunger].",
 )
 @lease_name_option

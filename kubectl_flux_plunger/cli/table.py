@@ -39,9 +39,13 @@ def run_table(
 
     s = Session(target, dry_run)
     names = target.names
-    if dry_run != "client":
-        # before the reads that decide: the named read stays right before its acquire
+    # every flux-plunger Lease, read before the reads that decide (the named read stays
+    # right before its acquire); each release is then held against them on its fresh read
+    covered = (
         controller_check(s.kube, lease_namespace, force, lease_name)
+        if dry_run != "client"
+        else None
+    )
     from ..backup import DirectoryBackup
 
     def show(o: Any) -> bool:
@@ -69,6 +73,7 @@ def run_table(
         handshake_timeout=handshake_timeout,
         handshake_window=1.0,
         backup=DirectoryBackup(backup_dir) if backup_dir else None,
+        covered=covered,
     )
     executor = Executor(
         s.kube,

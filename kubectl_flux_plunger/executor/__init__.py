@@ -34,12 +34,14 @@ from .handshake import Handshake, InitialStateUnknown, ReleaseWatch, watch_timeo
 from .outcome import (
     CLEANUP_RESULTS,
     MAX_PASSES,
+    Covered,
     Ending,
     Options,
     Outcome,
     Report,
     Result,
     Stopped,
+    covered,
     fence_hint,
     leftover_hint,
     outside,
@@ -51,6 +53,7 @@ from .saga import Saga
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "Covered",
     "Executor",
     "Options",
     "Outcome",
@@ -69,6 +72,10 @@ FIRST_WAIT = 5.0
 # Watch-lists that gave no state in a row before this process reads with GETs only.
 WATCH_LIST_MISSES = 3
 
+
+# the decisions that write to the release: the ones a one-shot verb leaves to a running
+# controller that covers it (``Options.covered``)
+_WRITES = frozenset({plan.Action.RELINQUISH, plan.Action.REMOVE_FENCE, plan.Action.RECOVER})
 
 # results after which the release's newest state is one the pass judged through
 _SETTLING = frozenset(
@@ -140,6 +147,8 @@ class Executor:
                 d = plan.decide(hr, self.clock())
                 if d.row not in only_rows:
                     return Outcome(namespace, name, Result.UNCHANGED, d.reason, row=d.row)
+            if (left := self._left_to(hr, namespace, name)) is not None:
+                return left
             return self.apply_decision(namespace, name, hr, watch)
         finally:
             if watch is not None:
@@ -157,6 +166,19 @@ class Executor:
         if hr is None or sel is None or sel.matches_object(hr):
             return None
         return outside(sel, namespace, name)
+
+    def _left_to(self, hr: Obj | None, namespace: str, name: str) -> Outcome | None:
+        """The pass's outcome when the decision on the fresh read ``hr`` would write to the
+        release and a running flux-plunger controller covers it (``Options.covered``, the
+        one-shot verbs): nothing is written, the release is left to that controller.  A
+        decision that writes nothing to the release (an Event, a wait) goes on."""
+        check = self.opt.covered
+        if hr is None or check is None:
+            return None
+        if plan.decide(hr, self.clock()).action not in _WRITES:
+            return None
+        by = check(hr)
+        return None if by is None else covered(by, namespace, name)
 
     def read_watched(
         self, namespace: str, name: str, only_rows: frozenset[plan.Row] | None = None
@@ -334,6 +356,8 @@ class Executor:
                         return left
                     if only_rows is not None:
                         continue  # its row must still be one of only_rows
+                if prev is None and (left := self._left_to(current, ns, name)) is not None:
+                    return left  # a running controller covers it: left to that controller
                 out = self.apply_decision(ns, name, current, watch if prev is None else None)
                 if prev is not None:
                     if out.result == Result.UNCHANGED:
@@ -349,7 +373,12 @@ class Executor:
                     return out
                 prev = out
                 current = self.kube.get_hr(ns, name)
-                if current is None or detect.is_terminating(current) or not self.selected(current):
+                if (
+                    current is None
+                    or detect.is_terminating(current)
+                    or not self.selected(current)
+                    or self._left_to(current, ns, name) is not None
+                ):
                     return out
             return out
         except KubeError as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from .. import constants as C
@@ -80,6 +81,9 @@ class Outcome:
     # label selector (``Options.selector``): nothing was decided or written, and serve does
     # not count it in its metrics.  Not part of the output.
     selected: bool = True
+    # the Lease name of the running controller that covers the release and was left to
+    # it (``Options.covered``; the one-shot verbs), else empty
+    controller: str = ""
 
     def as_dict(self) -> Obj:
         out = {
@@ -161,6 +165,25 @@ class Options:
     # the label selector (-l) of the command or controller: a fresh read that decides and
     # finds the release outside it (relabelled into another shard) decides nothing
     selector: Selector | None = None
+    # the one-shot verbs: which running flux-plunger controller covers a fresh read (None:
+    # none does).  A release a decision would write to is then left to that controller:
+    # every flux-plunger writes as the same field manager (SPEC §2)
+    covered: Callable[[Obj], Covered | None] | None = None
+
+
+@dataclass(frozen=True)
+class Covered:
+    """A running controller that covers a release: its Lease's name and the one line that
+    says who holds it, where, what it watches and how to act anyway."""
+
+    lease: str
+    detail: str
+
+
+def covered(by: Covered, namespace: str, name: str) -> Outcome:
+    """The outcome of a fresh read that a running controller covers: nothing is written,
+    and it counts as deferred (the verb exits non-zero)."""
+    return Outcome(namespace, name, Result.DEFERRED, by.detail, controller=by.lease)
 
 
 def outside(selector: Selector, namespace: str, name: str) -> Outcome:

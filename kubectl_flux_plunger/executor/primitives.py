@@ -125,18 +125,26 @@ class Primitives:
         )
 
     def remove_fence(
-        self, hr: Obj, *, timeout: float | None = None, stop: Callable[[], bool] | None = None
+        self,
+        hr: Obj,
+        *,
+        timeout: float | None = None,
+        stop: Callable[[], bool] | None = None,
+        check: Callable[[Obj], None] | None = None,
     ) -> Obj | None:
         """The one fence-removal primitive (the executor and release-fence): drop every
         copy of our fence, never spec.suspend, with a guarded JSON patch testing rv, uid and
         each fence index.  Re-reads and re-decides on conflict (the one retry rule of
-        ``retry_on_conflict``).  Returns the release after the patch, or None when there
-        was no fence to remove (or the release is gone)."""
+        ``retry_on_conflict``).  ``check(state)`` may raise to stop before a write on that
+        state (release-fence: a running controller covers it now).  Returns the release
+        after the patch, or None when there was no fence to remove (or the release is gone)."""
 
         def attempt(current: Obj) -> Obj | None:
             ops = writes.remove_fence_json_patch(current)
             if ops is None:
                 return None
+            if check is not None:
+                check(current)
             md = current["metadata"]
             return self.kube.json_patch_hr(md["namespace"], md["name"], ops)
 

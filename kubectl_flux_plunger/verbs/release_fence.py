@@ -15,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 
 from .. import detect, ownership, writes
-from ..executor import Executor, Outcome, Result
+from ..executor import Covered, Executor, Outcome, Result
 from ..executor.drain import Drain
 from ..kube import Kube, KubeError
 from ..objects import Obj
@@ -24,6 +24,27 @@ from ..selector import Selector
 
 MAX_FENCE_REMOVALS = 8
 DEFAULT_CONCURRENCY = 8
+# which running flux-plunger controller covers a release (``Options.covered``)
+Check = Callable[[Obj], Covered | None]
+
+
+class LeftToController(Exception):
+    """A read found the release covered by a running controller: nothing more is written."""
+
+    def __init__(self, by: Covered) -> None:
+        super().__init__(by.detail)
+        self.by = by
+
+
+def _guard(covered: Check | None) -> Callable[[Obj], None]:
+    """Raise :class:`LeftToController` for a state a running controller covers."""
+
+    def check(current: Obj) -> None:
+        by = covered(current) if covered is not None else None
+        if by is not None:
+            raise LeftToController(by)
+
+    return check
 
 
 @dataclass
@@ -33,6 +54,7 @@ class FenceResult:
     released: bool
     without_uninstall: bool
     detail: str
+    controller: str = ""  # the Lease of the running controller it was left to
 
     def as_dict(self) -> Obj:
         return asdict(self)
@@ -52,15 +74,21 @@ class FenceResult:
 
 
 def _lift_sole_suspension(
-    prims: Executor, hr: Obj, timeout: float, stop: Callable[[], bool] | None = None
+    prims: Executor,
+    hr: Obj,
+    timeout: float,
+    stop: Callable[[], bool] | None = None,
+    guard: Callable[[Obj], None] = lambda _: None,
 ) -> Obj | None:
     """Lift a suspension flux-plunger alone owns with the guarded JSON patch (never an
     apply).  Returns the release as last read or written (None when gone).  Raises
-    KubeError at once for what retrying cannot change, or when ``timeout`` passes."""
+    KubeError at once for what retrying cannot change, or when ``timeout`` passes;
+    ``guard(state)`` raises for a state it may not write on (every re-read is held to it)."""
 
     def attempt(current: Obj) -> Obj:
         if not (detect.is_suspended(current) and ownership.sole_owner_is_us(current)):
             return current
+        guard(current)
         md = current["metadata"]
         return prims.kube.json_patch_hr(
             md["namespace"], md["name"], writes.unsuspend_json_patch(current)
@@ -77,7 +105,11 @@ def _lift_sole_suspension(
 
 
 def _remove_fences(
-    prims: Executor, hr: Obj, deadline: float, stop: Callable[[], bool] | None = None
+    prims: Executor,
+    hr: Obj,
+    deadline: float,
+    stop: Callable[[], bool] | None = None,
+    guard: Callable[[Obj], None] = lambda _: None,
 ) -> Obj:
     """Remove every copy of the fence with the executor's one fence-removal primitive;
     a fence that keeps coming back (a controller still running) is an error.  Returns the
@@ -88,7 +120,7 @@ def _remove_fences(
         if current is None or not detect.is_fenced(current):
             return last
         current = prims.remove_fence(
-            current, timeout=max(0.0, deadline - time.monotonic()), stop=stop
+            current, timeout=max(0.0, deadline - time.monotonic()), stop=stop, check=guard
         )
         last = current if current is not None else last
     if current is not None and detect.is_fenced(current):
@@ -116,16 +148,39 @@ def release_one(
     window: float,
     deadline: float | None = None,
     stop: Callable[[], bool] | None = None,
+    covered: Check | None = None,
 ) -> FenceResult:
     """Release one fenced release, retrying within ``window`` seconds and never past the
-    global ``deadline`` (a ``time.monotonic()`` value); no write starts once ``stop()``."""
+    global ``deadline`` (a ``time.monotonic()`` value); no write starts once ``stop()``.
+    ``covered``: a release a running controller covers — as listed, or on any re-read
+    before a write — is left to it, NOT released (its in-flight suspension is not ours)."""
+    try:
+        return _release_one(kube, hr, window, deadline, stop, _guard(covered))
+    except LeftToController as exc:
+        md = hr["metadata"]
+        return FenceResult(
+            md["namespace"], md["name"], False, False, exc.by.detail, controller=exc.by.lease
+        )
+
+
+def _release_one(
+    kube: Kube,
+    hr: Obj,
+    window: float,
+    deadline: float | None,
+    stop: Callable[[], bool] | None,
+    guard: Callable[[Obj], None],
+) -> FenceResult:
     md = hr["metadata"]
     ns, name = md["namespace"], md["name"]
     own = time.monotonic() + window
     deadline = own if deadline is None else min(own, deadline)
     prims = Executor(kube)
+    guard(hr)  # the listed copy is the read the first write is guarded by
     try:
-        current = _lift_sole_suspension(prims, hr, max(0.0, deadline - time.monotonic()), stop)
+        current = _lift_sole_suspension(
+            prims, hr, max(0.0, deadline - time.monotonic()), stop, guard
+        )
     except KubeError as exc:
         return FenceResult(
             ns, name, False, False, f"flux-plunger's suspension could not be lifted: {exc}"
@@ -136,7 +191,7 @@ def release_one(
         note = ""
     try:
         if current is not None:
-            current = _remove_fences(prims, current, deadline, stop)
+            current = _remove_fences(prims, current, deadline, stop, guard)
     except KubeError as exc:
         return FenceResult(ns, name, False, False, f"the fence could not be removed: {exc}")
     # judged on the last state read: a lifted deleted release is unhandled until
@@ -215,13 +270,15 @@ def run(
     deadline: float | None = None,
     concurrency: int = DEFAULT_CONCURRENCY,
     selector: Selector | None = None,
+    covered: Check | None = None,
 ) -> list[FenceResult]:
     """Release every fenced release, ``concurrency`` at a time, each retried within
     ``window`` seconds, all within the global ``deadline`` (``time.monotonic()``): a release
     still unfinished then is reported NOT released, so the summary always comes in time,
     and starts no further write (only a request already sent may still land).  Results in
     the order of ``releases``.  ``selector``: the command's ``-l``; a release outside it
-    (the LIST selected it server-side; a later read may not) is left alone."""
+    (the LIST selected it server-side; a later read may not) is left alone.  ``covered``:
+    which running controller covers a release (:func:`release_one`)."""
     fenced = [
         hr
         for hr in releases
@@ -235,7 +292,9 @@ def run(
     futures: dict[Future[FenceResult], int] = {}
     try:
         for i, hr in enumerate(fenced):
-            futures[pool.submit(release_one, kube, hr, window, deadline, stopped.is_set)] = i
+            futures[
+                pool.submit(release_one, kube, hr, window, deadline, stopped.is_set, covered)
+            ] = i
         pending = set(futures)
         while pending:
             remaining = None if deadline is None else deadline - time.monotonic()

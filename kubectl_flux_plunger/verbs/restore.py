@@ -9,6 +9,7 @@ caller (any manager but flux-plunger), so helm-controller is not acting on it â€
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ class RestoreResult:
     name: str = ""
     revision: int = 0
     cluster: str = ""
+    controller: str = ""  # the Lease of the running controller that covers the release
 
     @property
     def ok(self) -> bool:
@@ -39,10 +41,18 @@ class RestoreResult:
 
 
 def run(
-    kube: Kube, doc: dict[str, Any], source: str, *, force: bool = False, dry_run: str = "none"
+    kube: Kube,
+    doc: dict[str, Any],
+    source: str,
+    *,
+    force: bool = False,
+    dry_run: str = "none",
+    covered: Callable[[Any], Any] | None = None,
 ) -> RestoreResult:
     """Restore the backup document ``doc`` (read from ``source``); never raises KubeError
-    for an expected refusal, which comes back as ``action == "refused"``."""
+    for an expected refusal, which comes back as ``action == "refused"``.  ``covered``:
+    which running flux-plunger controller covers the HelmRelease (``Options.covered``);
+    the revision is then not restored behind its back."""
     secret = original(doc)
     hr_ns, hr_name, cluster = provenance(doc)
     md = secret["metadata"]
@@ -57,6 +67,10 @@ def run(
         return result
 
     hr = kube.get_hr(hr_ns, hr_name)
+    by = covered(hr) if covered is not None and hr is not None else None
+    if by is not None:
+        result.controller = by.lease
+        return refuse(by.detail)
     if hr is None:
         if not force:
             return refuse(

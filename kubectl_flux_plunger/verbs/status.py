@@ -183,12 +183,10 @@ def controller(kube: Kube, lease_namespace: str | None) -> ControllerLease:
 def controllers(
     kube: Kube, lease_namespace: str | None, lease_name: str | None = None
 ) -> list[ControllerLease]:
-    """The controllers ``status`` reports: the Lease ``lease_name`` (one GET), else every
-    flux-plunger Lease of the lease namespace (one LIST; sharding: one Lease per install)."""
+    """The controllers ``status`` reports: every flux-plunger Lease of the lease namespace
+    (one LIST; sharding: one Lease per install), ``lease_name`` counted as one too."""
     ns = lease_namespace or controller_lease.default_lease_namespace()
-    if lease_name:
-        return [controller_lease.read(kube, ns, name=lease_name)]
-    return controller_lease.read_all(kube, ns)
+    return controller_lease.read_all(kube, ns, names=(lease_name,) if lease_name else ())
 
 
 def covering(leases: list[ControllerLease] | None, hr: Obj) -> list[ControllerLease]:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from .. import constants as C
 from ..kube import Kube, KubeError
 
 RETRY_SLEEP = 2.0
@@ -30,6 +31,48 @@ class Stopped:
     pods_left: list[str] = field(default_factory=list)
     pods_unknown: bool = False  # the pods could not be listed at the end
     selector: str = ""
+    # the Lease (namespace, name) the stopped controller led on, from its Deployment's
+    # arguments (None: no leader election there, or no Deployment)
+    lease: tuple[str, str] | None = None
+
+
+def _flag(args: list[str], flag: str) -> str | None:
+    """The value of ``--flag=V`` or ``--flag V`` in ``args`` (the last one wins)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+        elif arg == flag and i + 1 < len(args):
+            value = args[i + 1]
+    return value
+
+
+def _elects(args: list[str]) -> bool:
+    """``--leader-elect`` (or ``=true``) is on, the last one winning."""
+    on = False
+    for arg in args:
+        if arg == "--leader-elect":
+            on = True
+        elif arg.startswith("--leader-elect="):
+            on = arg.split("=", 1)[1].lower() not in ("false", "0")
+    return on
+
+
+def lease_of(deployment: dict[str, Any]) -> tuple[str, str] | None:
+    """The Lease a controller Deployment leads on: ``--leader-election-id`` (default the
+    contract's, as for the reference controller) in ``--leader-election-namespace``
+    (default the Deployment's namespace, where a pod's in-cluster namespace puts it), for
+    the first container run with ``--leader-elect``; None when none is."""
+    pod = ((deployment.get("spec") or {}).get("template") or {}).get("spec") or {}
+    for container in pod.get("containers") or []:
+        args = [str(a) for a in (container.get("command") or []) + (container.get("args") or [])]
+        if not _elects(args):
+            continue
+        ns = _flag(args, "--leader-election-namespace") or (
+            (deployment.get("metadata") or {}).get("namespace") or ""
+        )
+        return ns, _flag(args, "--leader-election-id") or C.LEASE_NAME
+    return None
 
 
 def selector_of(deployment: dict[str, Any]) -> str:
@@ -89,8 +132,10 @@ def stop(
     except KubeError as exc:
         raise StopError(f"could not scale Deployment {namespace}/{name} to zero: {exc}") from None
     if dry_run:
-        return Stopped(found=True)
-    return wait_for_pods(kube, namespace, selector_of(dep), wait, poll)
+        return Stopped(found=True, lease=lease_of(dep))
+    stopped = wait_for_pods(kube, namespace, selector_of(dep), wait, poll)
+    stopped.lease = lease_of(dep)
+    return stopped
 
 
 def wait_for_pods(

@@ -23,6 +23,8 @@ HRS = "/apis/helm.toolkit.fluxcd.io/v2/namespaces/apps/helmreleases"
 SECRETS = "/api/v1/namespaces/apps/secrets"
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/fp/leases"
 LEASE = f"{LEASES}/{constants.LEASE_NAME}"
+# where the writing verbs list the controllers' Leases by default (no pod namespace here)
+DEFAULT_LEASES = "/apis/coordination.k8s.io/v1/namespaces/flux-plunger/leases"
 
 
 class _Stream:
@@ -235,7 +237,8 @@ def test_release_fence_client_dry_run_outputs(capsys, routed):
 
 
 def test_release_fence_warns_when_stopped_pods_cannot_be_listed(capsys, routed, monkeypatch):
-    routed({("LIST", HRS): [{"metadata": {}, "items": []}]})
+    routed({("LIST", HRS): [{"metadata": {}, "items": []}],
+            ("LIST", DEFAULT_LEASES): [{"items": []}]})
     monkeypatch.setattr(stop_verb, "stop", lambda *a, **k: stop_verb.Stopped(
         found=True, pods_unknown=True, selector=""))
     waited = []
@@ -273,7 +276,8 @@ def test_restore_name_output_only_for_a_restored_secret(capsys, routed, tmp_path
     routed({("GET", HRS + "/my-app"): [hr],
             ("GET", secret_path): [K.kube_error(404, "NotFound", "nf",
                                                 {"details": {"name": "x"}}), {}],
-            ("CREATE", SECRETS): [{}]})
+            ("CREATE", SECRETS): [{}],
+            ("LIST", DEFAULT_LEASES): [{"items": []}]})
     code, out, _ = run(capsys, "restore", "-n", "apps", "-o", "name", str(path))
     assert code == 0 and out == "secret/sh.helm.release.v1.my-app.v2\n"
     code, out, err = run(capsys, "restore", "-n", "apps", "-o", "name", str(path))

@@ -157,7 +157,7 @@ def test_the_global_deadline_reports_what_was_not_released(monkeypatch):
         def monotonic():
             return now[0]
 
-    def release_one(kube, hr, window, deadline, stop):
+    def release_one(kube, hr, window, deadline, stop, covered=None):
         name = hr["metadata"]["name"]
         if name == "boom":
             raise ValueError("bad data")
