@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '90c0c41c'
+FINGERPRINT = 'd0ac7322'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

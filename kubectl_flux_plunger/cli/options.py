@@ -303,10 +303,7 @@ def _lease_options(f: F, *, force: bool) -> F:
     )(f)
 
 
-def output_option(f: F) -> F:
-    f = click.option(
-        "--no-headers", is_flag=True, help="Table output (-o table|wide): print no header line."
-    )(f)
+def _output(f: F) -> F:
     return click.option(
         "-o",
         "--output",
@@ -316,6 +313,37 @@ def output_option(f: F) -> F:
         help="Output format (json/yaml: flux-plunger.cozystack.io/v1alpha1, "
         "see docs/output-schema.json).",
     )(f)
+
+
+def output_option(f: F) -> F:
+    """-o, and --no-headers for a verb whose table output has a header line (status)."""
+    f = click.option(
+        "--no-headers", is_flag=True, help="Table output (-o table|wide): print no header line."
+    )(f)
+    return _output(f)
+
+
+def _no_header_line(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+    if value and not ctx.resilient_parsing:
+        raise click.UsageError(
+            f"--no-headers: {ctx.info_name} prints one line per HelmRelease and no header "
+            "line, so there is none to leave out (status and its table have one)",
+            ctx,
+        )
+    return value
+
+
+def result_output_option(f: F) -> F:
+    """-o for the verbs that print one result line per release (no table header): kubectl's
+    --no-headers is refused there with a usage error rather than silently ignored."""
+    f = click.option(
+        "--no-headers",
+        is_flag=True,
+        hidden=True,
+        expose_value=False,
+        callback=_no_header_line,
+    )(f)
+    return _output(f)
 
 
 def dry_run_option(f: F) -> F:

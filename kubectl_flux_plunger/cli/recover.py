@@ -14,7 +14,7 @@ from .options import (
     duration_option,
     events_addr_option,
     lease_options,
-    output_option,
+    result_output_option,
     selection_options,
 )
 from .session import Target, api_errors, pass_target
@@ -24,7 +24,7 @@ from .table import run_table
 @click.command("recover", cls=Command)
 @connection_options
 @selection_options
-@output_option
+@result_output_option
 @dry_run_option
 @concurrency_option(
     "--concurrency",

@@ -15,7 +15,7 @@ from .options import (
     duration_option,
     events_addr_option,
     lease_options,
-    output_option,
+    result_output_option,
     selection_options,
 )
 from .session import (
@@ -33,7 +33,7 @@ from .session import (
 @click.command("release-fence", cls=Command)
 @connection_options
 @selection_options
-@output_option
+@result_output_option
 @dry_run_option
 @click.option(
     "--wait-uninstall",
@@ -77,7 +77,6 @@ from .session import (
 def release_fence(
     target: Target,
     output: str,
-    no_headers: bool,
     dry_run: str,
     wait_uninstall: bool,
     timeout: float,

@@ -13,7 +13,7 @@ from .options import (
     dry_run_option,
     lease_scope_options,
     namespace_option,
-    output_option,
+    result_output_option,
 )
 from .session import Exit, Session, Target, api_errors, controller_check, fail
 
@@ -29,7 +29,7 @@ from .session import Exit, Session, Target, api_errors, controller_check, fail
     "running flux-plunger controller covers it.",
 )
 @dry_run_option
-@output_option
+@result_output_option
 @lease_scope_options
 @api_errors
 def restore(
@@ -41,7 +41,6 @@ def restore(
     force: bool,
     dry_run: str,
     output: str,
-    no_headers: bool,
     lease_namespace: str | None,
     lease_name: str | None,
 ) -> None:

@@ -12,7 +12,7 @@ from .options import (
     dry_run_option,
     events_addr_option,
     lease_options,
-    output_option,
+    result_output_option,
     selection_options,
 )
 from .session import Target, api_errors, pass_target
@@ -22,7 +22,7 @@ from .table import run_table
 @click.command("resume-owned", cls=Command)
 @connection_options
 @selection_options
-@output_option
+@result_output_option
 @dry_run_option
 @lease_options
 @events_addr_option

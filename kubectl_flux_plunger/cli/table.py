@@ -16,7 +16,6 @@ def run_table(
     target: Target,
     *,
     output: str,
-    no_headers: bool,
     dry_run: str,
     concurrency: int = 1,
     handshake_timeout: float = 30.0,

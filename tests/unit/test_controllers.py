@@ -3,7 +3,7 @@ lease namespace read with one LIST (controller_lease.survey), which live one cov
 (an expired or released Lease does not count; one whose scope cannot be read covers
 everything), the per-release check on the executor's fresh read (Options.covered), the same
 in release-fence and restore, the Lease of the controller `release-fence --stop-deployment`
-stopped (verbs/stop.lease_of).
+stopped (verbs/stop.lease_of), and `--no-headers` refused where there is no header line.
 The same against the real apiserver, with a serve process per shard: tests/apiserver/
 test_shards.py."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ import datetime as dt
 
 import pytest
 
+from kubectl_flux_plunger import cli
 from kubectl_flux_plunger import constants as C
 from kubectl_flux_plunger.cli import session
 from kubectl_flux_plunger.controller_lease import survey
@@ -308,3 +309,18 @@ def test_controller_check_warns_when_it_cannot_list_or_read(capsys):
     err = capsys.readouterr().err
     assert "warning: cannot tell whether a flux-plunger controller is running: cannot read " \
            f"Lease fp/{C.LEASE_NAME}" in err
+
+
+# -- --no-headers where there is no header line ------------------------------------------------
+
+@pytest.mark.parametrize("verb", [["recover", "-A"], ["resume-owned", "-A"],
+                                  ["release-fence", "-A"], ["restore", "backup.json"]])
+def test_no_headers_is_a_usage_error_on_the_verbs_without_a_table_header(capsys, monkeypatch,
+                                                                         verb):
+    monkeypatch.setattr(session, "connect", lambda *a, **kw: pytest.fail("connected"))
+    code = cli.main([*verb, "--no-headers"])
+    err = capsys.readouterr().err
+    assert code == cli.Exit.USAGE
+    assert err.startswith(f"error: --no-headers: {verb[0]} prints one line per HelmRelease "
+                          "and no header line"), err
+    assert f"See 'kubectl flux-plunger {verb[0]} --help' for usage." in err
