@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'd0ac7322'
+FINGERPRINT = '0a5dbbc5'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -198,6 +198,13 @@ def survey(
         return Controllers(
             namespace, tuple(read(kube, namespace, now, n) for n in named), list_error=str(exc)
         )
+    return from_items(items, namespace, now, names)
+
+
+def from_items(
+    items: Iterable[Obj], namespace: str, now: dt.datetime, names: Collection[str] = ()
+) -> Controllers:
+    """:func:`survey` of Leases already listed (``items``: the LIST's)."""
     ours = {}
     for lease in items:
         if _ours(lease, names):

@@ -1,4 +1,4 @@
-"""Kubernetes Events on HelmReleases, folded so repeats never flood.
+"""Kubernetes Events on HelmReleases (and serve's own Lease), folded so repeats never flood.
 
 Every (object uid, reason, type) maps to one deterministic Event name, so a repeat —
 from this process, a later run of the CLI, the drain, or another replica — bumps the
@@ -122,8 +122,9 @@ class Recorder:
             "kind": "Event",
             "metadata": {"name": name, "namespace": ns},
             "involvedObject": {
-                "apiVersion": C.HR_API_VERSION,
-                "kind": C.HR_KIND,
+                # a HelmRelease's, or what the object says it is (serve's own Lease)
+                "apiVersion": hr.get("apiVersion") or C.HR_API_VERSION,
+                "kind": hr.get("kind") or C.HR_KIND,
                 "name": md["name"],
                 "namespace": ns,
                 "uid": md.get("uid"),

@@ -43,6 +43,7 @@ def check_timings(
     warn_after: float,
     handshake: float,
     leader_elect: bool,
+    overlap_check: float = 60.0,
 ) -> str | None:
     """The first reason these timings cannot work, or None."""
     positive = [
@@ -55,6 +56,7 @@ def check_timings(
         ("--fence-recheck-interval", recheck),
         ("--fence-held-warn-after", warn_after),
         ("--handshake-timeout", handshake),
+        ("--scope-overlap-check-interval", overlap_check),
     ]
     if grace is not None:
         positive.append(("--termination-grace-period", grace))
@@ -170,6 +172,14 @@ def check_timings(
     help="How long to wait for helm-controller to observe the suspension before "
     "deleting a revision.",
 )
+@duration_option(
+    "--scope-overlap-check-interval",
+    default="60s",
+    help="While leading, how often to compare this instance's scope (--namespace, "
+    "--selector) with every other running flux-plunger's Lease in the Lease namespace (one "
+    "LIST of Leases); an overlap is a Warning Event ScopeOverlap on the Lease, a metric and "
+    "a log line.",
+)
 @click.option(
     "--backup-secret-namespace",
     metavar="NS",
@@ -231,6 +241,7 @@ def serve(
     fence_recheck_interval: float,
     fence_held_warn_after: float,
     handshake_timeout: float,
+    scope_overlap_check_interval: float,
     backup_secret_namespace: str | None,
     backup_retention: float,
     events_addr: str,
@@ -266,6 +277,7 @@ def serve(
         warn_after=fence_held_warn_after,
         handshake=handshake_timeout,
         leader_elect=leader_elect,
+        overlap_check=scope_overlap_check_interval,
     )
     if problem:
         fail(problem, Exit.USAGE)
@@ -347,6 +359,7 @@ def serve(
         fence_recheck=fence_recheck_interval,
         fence_warn_after=fence_held_warn_after,
         handshake_timeout=handshake_timeout,
+        overlap_check=scope_overlap_check_interval,
         metrics_addr=metrics_addr,
         probe_addr=probe_addr,
         events_addr=events_addr or None,

@@ -41,6 +41,8 @@ class Metrics:
         self.leader: Callable[[], bool] = lambda: False
         self.ready: Callable[[], bool] = lambda: False
         self.oldest_held_delete: Callable[[], float] = lambda: 0.0
+        # other running flux-plunger Leases whose scope overlaps this leader's (serve/overlap)
+        self.scope_overlaps: Callable[[], int] = lambda: 0
         self.api_stats: Sequence[RequestStats] = ()  # kube.Stats of every client in use
 
     def observe(self, outcome: Outcome) -> None:
@@ -148,6 +150,14 @@ def collector(metrics: Metrics) -> Collector:
                 "flux_plunger_leader",
                 "1 while this instance leads.",
                 value=1 if metrics.leader() else 0,
+            )
+            yield GaugeMetricFamily(
+                "flux_plunger_scope_overlaps",
+                "Other running flux-plunger controllers whose Lease (in this instance's Lease "
+                "namespace) records a scope that cannot be shown disjoint from this "
+                "instance's: both write as field manager flux-plunger (checked while "
+                "leading, every --scope-overlap-check-interval; 0 when none).",
+                value=metrics.scope_overlaps(),
             )
             yield GaugeMetricFamily(
                 "flux_plunger_ready",

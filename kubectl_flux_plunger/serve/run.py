@@ -33,12 +33,14 @@ from ..executor import Executor, Options, Result
 from ..executor.outcome import CLEANUP_RESULTS
 from ..kube import Kube, KubeError
 from ..notify import Notifier
+from ..scope import Scope
 from ..selector import parse as parse_selector
 from .drain import Drainer
 from .health import Endpoints, prometheus_renderer
 from .leader import LeaderElector, identity
 from .logs import fields
 from .metrics import Metrics
+from .overlap import OverlapCheck
 from .queue import Backoff, WorkQueue
 from .watch import Watcher
 
@@ -69,6 +71,7 @@ class ServeConfig:
     fence_recheck: float = C.FENCE_RECHECK_SECONDS
     fence_warn_after: float = C.FENCE_HELD_WARN_SECONDS
     handshake_timeout: float = 30.0
+    overlap_check: float = 60.0  # while leading: compare our scope with the other Leases'
     metrics_addr: tuple[str, int] | None = ("", 8080)
     probe_addr: tuple[str, int] | None = ("", 8081)
     backoff_base: float = 1.0
@@ -119,6 +122,17 @@ class Controller:
                     C.LEASE_NAMESPACE_ANNOTATION: cfg.namespace or "",
                 },
             )
+        # while leading: does another running flux-plunger's scope overlap ours?
+        self.overlap: OverlapCheck | None = None
+        if self.elector is not None and cfg.lease_namespace:
+            self.overlap = OverlapCheck(
+                kube,
+                Recorder(kube, instance=self.identity),
+                cfg.lease_namespace,
+                cfg.lease_name,
+                Scope(cfg.namespace, cfg.selector),
+                period=cfg.overlap_check,
+            )
         # An in-flight recovery notices a stop between handshake watch windows: keep a window
         # well inside the stop bound so SIGTERM aborts it before the delete, in time.
         window = max(0.5, min(5.0, cfg.stop_timeout / 4))
@@ -152,6 +166,8 @@ class Controller:
         self.metrics.leader = self.leading
         self.metrics.ready = self.watcher.synced.is_set
         self.metrics.oldest_held_delete = self.watcher.oldest_held_delete
+        if self.overlap is not None:
+            self.metrics.scope_overlaps = self.overlap.count
         self.metrics.api_stats = [kube.stats] + ([lease_kube.stats] if lease_kube else [])
         self.endpoints = Endpoints(ready=self.watcher.synced.is_set, render_metrics=None)
 
@@ -170,6 +186,13 @@ class Controller:
 
     def _started_leading(self) -> None:
         self._start_workers()
+        if self.overlap is not None:
+            threading.Thread(
+                target=self.overlap.run,
+                args=(self.stopping, self.leading),
+                name="scope-overlap",
+                daemon=True,
+            ).start()
 
     def _lost(self) -> None:
         self.queue.shutdown()

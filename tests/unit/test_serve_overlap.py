@@ -1,0 +1,212 @@
+"""serve/overlap.py: the leader compares its scope with every other running flux-plunger
+Lease of its Lease namespace — the gauge, the WARNING line (when the overlap starts, changes
+and as a reminder) and the Warning Event ScopeOverlap on its own Lease; disjoint shards, an
+expired Lease and a follower say nothing; the reference controller's Lease (no scope
+recorded) overlaps everything.  On a fake Lease and Event store; the same with real serve
+processes: tests/apiserver/test_shards.py."""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+
+import pytest
+
+from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.events import Recorder
+from kubectl_flux_plunger.kube import KubeError
+from kubectl_flux_plunger.scope import Scope
+from kubectl_flux_plunger.serve.metrics import Metrics, collector
+from kubectl_flux_plunger.serve.overlap import MESSAGE, REASON, OverlapCheck
+
+from .test_events import Events
+
+pytestmark = pytest.mark.unit
+
+KEY = "sharding.fluxcd.io/key"
+NOW = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.timezone.utc)
+OWN = "a.flux-plunger.cozystack.io"
+
+
+def lease(name, selector=None, namespace=None, *, renew="2026-12-01T11:59:58.000000Z",
+          holder="pod_1", uid=None):
+    ann = {}
+    if selector is not None:
+        ann[C.LEASE_SELECTOR_ANNOTATION] = selector
+    if namespace is not None:
+        ann[C.LEASE_NAMESPACE_ANNOTATION] = namespace
+    return {"metadata": {"name": name, "namespace": "fp", "uid": uid or f"uid-{name}",
+                         "annotations": ann},
+            "spec": {"holderIdentity": holder, "renewTime": renew, "leaseDurationSeconds": 15}}
+
+
+class Store(Events):
+    """Leases (listed) and Events of the Lease namespace."""
+
+    def __init__(self, *leases):
+        super().__init__()
+        self.leases = list(leases)
+        self.list_error: KubeError | None = None
+
+    def list_leases(self, namespace):
+        self.calls.append("LIST")
+        if self.list_error is not None:
+            raise self.list_error
+        return self.leases
+
+
+class Clock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def check_of(store, own=Scope(None, f"{KEY}=a"), **kw):
+    clock = Clock()
+    return OverlapCheck(store, Recorder(store, instance="me"), "fp", OWN, own,
+                        clock=clock, **kw), clock
+
+
+def warnings(caplog):
+    return [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_two_shards_with_one_selector_overlap_loudly(caplog):
+    caplog.set_level(logging.INFO)
+    store = Store(lease(OWN, f"{KEY}=a", ""), lease("twin.flux-plunger.cozystack.io", f"{KEY}=a", ""))
+    check, clock = check_of(store, remind_every=600)
+    check.check(NOW)
+    assert check.count() == 1 and store.calls == ["LIST", "CREATE"]
+    (event,) = store.objects.values()
+    assert event["involvedObject"] == {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                                       "name": OWN, "namespace": "fp", "uid": f"uid-{OWN}"}
+    assert (event["reason"], event["type"], event["message"]) == (REASON, "Warning", MESSAGE)
+    (line,) = warnings(caplog)
+    assert "overlaps another running flux-plunger controller's" in line.getMessage()
+    said = line.fp_fields
+    assert said["scope"] == f"-A -l '{KEY}=a'"
+    assert said["overlaps"] == [
+        f"Lease fp/twin.flux-plunger.cozystack.io held by pod_1, watching -A -l '{KEY}=a'"]
+    # the next check within the reminder period: the gauge only
+    caplog.clear()
+    check.check(NOW)
+    assert store.calls[2:] == ["LIST"] and warnings(caplog) == []
+    # the reminder: the same Event folded (count 2), the line again
+    clock.t += 600
+    check.check(NOW)
+    assert store.calls[3:] == ["LIST", "PATCH"] and len(store.objects) == 1
+    assert event["count"] == 2 and len(warnings(caplog)) == 1
+    # the other one stops (its Lease expires): the gauge goes back to 0, said once
+    caplog.clear()
+    store.leases[1]["spec"]["renewTime"] = "2026-12-01T11:50:00.000000Z"
+    check.check(NOW)
+    assert check.count() == 0
+    assert [r.getMessage() for r in caplog.records] == [
+        "no other running flux-plunger controller's scope overlaps this one's any more"]
+    caplog.clear()
+    check.check(NOW)
+    assert caplog.records == []
+
+
+@pytest.mark.parametrize(("own", "other"), [
+    (Scope(None, f"{KEY}=a"), (f"{KEY}=b", "")),            # two shards
+    (Scope(None, f"!{KEY}"), (f"{KEY}=b", "")),             # the main instance and a shard
+    (Scope("team-a", None), ("", "team-b")),                # two namespaces
+])
+def test_disjoint_scopes_say_nothing(caplog, own, other):
+    store = Store(lease(OWN, own.selector or "", own.namespace or ""),
+                  lease("other.flux-plunger.cozystack.io", *other))
+    check, _ = check_of(store, own)
+    check.check(NOW)
+    assert check.count() == 0 and store.calls == ["LIST"] and warnings(caplog) == []
+
+
+def test_the_reference_controllers_lease_overlaps_everything(caplog):
+    store = Store(lease(OWN, f"{KEY}=a", ""), lease(C.LEASE_NAME))   # no annotations
+    check, _ = check_of(store)
+    check.check(NOW)
+    assert check.count() == 1
+    assert warnings(caplog)[0].fp_fields["overlaps"] == [
+        f"Lease fp/{C.LEASE_NAME} held by pod_1, no scope recorded (taken to watch every "
+        "release)"]
+
+
+def test_expired_released_and_foreign_leases_and_our_own_do_not_count():
+    store = Store(lease(OWN, f"{KEY}=a", ""),
+                  lease("old.flux-plunger.cozystack.io", f"{KEY}=a", "",
+                        renew="2026-12-01T11:00:00.000000Z"),
+                  lease("gone.flux-plunger.cozystack.io", f"{KEY}=a", "", holder=""),
+                  lease("helm-controller-leader-election"))
+    check, _ = check_of(store)
+    check.check(NOW)
+    assert check.count() == 0 and store.calls == ["LIST"]
+
+
+def test_a_refused_list_is_said_once_and_the_last_verdict_stands(caplog):
+    store = Store(lease(OWN, f"{KEY}=a", ""), lease("twin.flux-plunger.cozystack.io", f"{KEY}=a", ""))
+    check, _ = check_of(store)
+    check.check(NOW)
+    store.list_error = KubeError(403, "Forbidden", "leases is forbidden")
+    caplog.clear()
+    check.check(NOW)
+    check.check(NOW)
+    assert check.count() == 1
+    (line,) = warnings(caplog)
+    assert "cannot list the Leases" in line.getMessage() and "forbidden" in line.getMessage()
+    store.list_error = None
+    check.check(NOW)
+    assert check.count() == 1
+
+
+def test_no_event_without_our_own_lease_in_the_list():
+    store = Store(lease("twin.flux-plunger.cozystack.io", f"{KEY}=a", ""))
+    check, _ = check_of(store)
+    check.check(NOW)
+    assert check.count() == 1 and store.calls == ["LIST"]
+
+
+def test_the_loop_checks_only_while_leading_and_ends_at_zero():
+    store = Store(lease(OWN, f"{KEY}=a", ""), lease("twin.flux-plunger.cozystack.io", f"{KEY}=a", "",
+                  renew=dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")))
+    check, _ = check_of(store, period=0.01)
+    stop = threading.Event()
+    seen = []
+
+    def leading():
+        seen.append(check.count())
+        if len(seen) == 3:
+            return False          # leadership gone: the gauge goes to 0 at once
+        if len(seen) > 3:
+            stop.set()
+        return True
+
+    check.run(stop, leading)
+    assert seen[:3] == [0, 1, 1] and seen[3] == 0
+    assert check.count() == 0
+
+
+def test_the_loop_survives_a_crashing_check(caplog):
+    check, _ = check_of(Store(), period=0.01)
+    stop = threading.Event()
+    calls = []
+
+    def boom(now=None):
+        calls.append(1)
+        if len(calls) == 2:
+            stop.set()
+        raise RuntimeError("bug")
+
+    check.check = boom
+    check.run(stop, lambda: True)
+    assert len(calls) == 2
+    assert any("scope overlap check crashed" in r.getMessage() for r in caplog.records)
+
+
+def test_the_gauge_is_exported():
+    m = Metrics()
+    m.scope_overlaps = lambda: 2
+    families = {f.name: f for f in collector(m).collect()}
+    assert families["flux_plunger_scope_overlaps"].samples[0].value == 2
+    assert Metrics().scope_overlaps() == 0
