@@ -1,5 +1,6 @@
 """Issue 8 §1 through the real CLI: a running controller's Lease stops the writing one-shot
-verbs, release-fence finishes inside its deadline, status shows what decide decides."""
+verbs on the releases its recorded scope covers (issue 28: and only on those),
+release-fence finishes inside its deadline, status shows what decide decides."""
 from __future__ import annotations
 
 import json
@@ -15,24 +16,31 @@ from .test_serve_support import FAST, serve  # noqa: F401 - the serve fixture
 
 # -- one-shot verbs against a running controller ------------------------------------------
 
-def test_recover_and_resume_owned_refuse_while_a_controller_holds_the_lease(
+def test_recover_and_resume_owned_leave_what_a_running_controller_covers_alone(
         cli, cluster, kube, ns, serve):  # noqa: F811
     lease_ns = cluster.namespace("lease")
-    watched = cluster.namespace("elsewhere")        # the controller watches another namespace
-    ctl = serve("-n", watched, "--leader-election-namespace", lease_ns, *FAST, name="ctl")
+    # the controller watches ns and holds demo mid-recovery: no helm-controller answers
+    # its handshake, so it waits with the release suspended and fenced
+    ctl = serve("-n", ns, "--leader-election-namespace", lease_ns, *FAST,
+                "--handshake-timeout", "120s", name="ctl")
     eventually(ctl.leads, 30, "the controller leads")
     stuck_release(cluster, ns)
-    hold(cluster, ns, "demo")                        # as the controller's in-flight recovery
-    cluster.create_hr(ns, "other")
+    eventually(lambda: (cluster.get(ns, "demo")["spec"].get("suspend") is True
+                        and owns_suspend(cluster.get(ns, "demo"))), 30, "the controller holds demo")
+    before = cluster.get(ns, "demo")["metadata"]["resourceVersion"]
 
     for verb in ("recover", "resume-owned"):
         r = cli(verb, "-n", ns, "demo", "--lease-namespace", lease_ns)
         assert r.code == 1, r
-        err = [line for line in r.err.splitlines() if line.startswith("error:")]
-        assert len(err) == 1 and ctl.identity in err[0] and "--force" in err[0], r
+        (line,) = [ln for ln in r.out.splitlines() if " deferred: " in ln]
+        assert ctl.identity in line and f"Lease {lease_ns}/{C.LEASE_NAME}" in line, r
+        assert f"(watching -n {ns})" in line and "--force" in line, r
         hr = cluster.get(ns, "demo")
-        assert hr["spec"]["suspend"] is True and owns_suspend(hr)   # left alone
+        assert hr["metadata"]["resourceVersion"] == before            # not a single write
         assert len(cluster.secret_names(ns, "demo")) == 2
+    doc = json.loads(cli("resume-owned", "-n", ns, "demo", "--lease-namespace", lease_ns,
+                         "-o", "json").out)
+    assert [(i["result"], i["controller"]) for i in doc["items"]] == [("deferred", C.LEASE_NAME)]
 
     status = cli("status", "-n", ns, "--lease-namespace", lease_ns)
     assert status.code == 0, status
@@ -43,6 +51,22 @@ def test_recover_and_resume_owned_refuse_while_a_controller_holds_the_lease(
 
     r = cli("resume-owned", "-n", ns, "demo", "--lease-namespace", lease_ns, "--force")
     assert r.code == 0, r
+    hr = cluster.get(ns, "demo")
+    assert hr["spec"].get("suspend") is None and C.FENCE not in hr["metadata"]["finalizers"]
+    ctl.stop()
+
+
+def test_a_running_controller_that_watches_elsewhere_does_not_stop_the_verbs(
+        cli, cluster, kube, ns, serve):  # noqa: F811
+    """Its Lease records its scope: a release outside it is acted on (a crash leftover)."""
+    lease_ns = cluster.namespace("lease")
+    watched = cluster.namespace("elsewhere")
+    ctl = serve("-n", watched, "--leader-election-namespace", lease_ns, *FAST, name="ctl")
+    eventually(ctl.leads, 30, "the controller leads")
+    cluster.create_hr(ns, "demo")
+    hold(cluster, ns, "demo")                        # as a crashed one-shot run leaves it
+    r = cli("resume-owned", "-n", ns, "demo", "--lease-namespace", lease_ns)
+    assert r.code == 0 and "demo relinquished" in r.out, r
     hr = cluster.get(ns, "demo")
     assert hr["spec"].get("suspend") is None and C.FENCE not in hr["metadata"]["finalizers"]
     ctl.stop()

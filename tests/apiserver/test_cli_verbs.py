@@ -21,8 +21,9 @@ CLI_RULES = [
      "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "create", "patch"]},
-    # is a controller running?  (its Lease, in the controller's namespace)
-    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]},
+    # which flux-plunger controllers run?  (every Lease in the controller's namespace: one
+    # LIST; the GET is the fallback where LIST is refused)
+    {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list"]},
 ]
 
 

@@ -57,7 +57,7 @@ CONTROLLER_CLUSTER_RULES = {
 LEASE_RULES = {("coordination.k8s.io", "leases"): ["create", "get", "list", "update"]}
 HOOK_CLUSTER_RULES = {("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch"]}
 HOOK_ROLE_RULES = {("apps", "deployments"): ["get"], ("apps", "deployments/scale"): ["patch"],
-                   ("", "pods"): ["list"]}
+                   ("", "pods"): ["list"], ("coordination.k8s.io", "leases"): ["list"]}
 
 
 # -- rendering ------------------------------------------------------------------------
@@ -218,7 +218,8 @@ def test_chart_renders_with_real_helm_and_applies(plane, helm, cluster):
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
     assert job["spec"]["backoffLimit"] == 0
     pod = job["spec"]["template"]["spec"]
-    assert pod["containers"][0]["args"][2:4] == [f"--stop-deployment={ns}/flux-plunger",
+    assert pod["containers"][0]["args"][2:5] == [f"--stop-deployment={ns}/flux-plunger",
+                                                 f"--lease-namespace={ns}",
                                                  "--stop-timeout=100s"]
     # the pods waited for are the Deployment's (its selector), never the Job's own pod
     job_labels = job["spec"]["template"]["metadata"]["labels"]
@@ -334,8 +335,9 @@ def test_chart_derives_drain_and_hook_wait_from_the_grace_period(helm, grace):
     assert hook["image"] == find(docs, "Deployment", "flux-plunger")["spec"]["template"][
         "spec"]["containers"][0]["image"]
     assert hook["command"] == ["kubectl-flux_plunger"]
-    assert hook["args"][:4] == ["release-fence", "--all-namespaces",
+    assert hook["args"][:5] == ["release-fence", "--all-namespaces",
                                 "--stop-deployment=flux-plunger/flux-plunger",
+                                "--lease-namespace=flux-plunger",
                                 f"--stop-timeout={grace + 10}s"]
     # the rest (retry window, global deadline): tests/apiserver/test_hook_deadline.py
     # serve itself accepts the derived values (stop 10s + drain + 5s margin fit the grace)
@@ -601,13 +603,14 @@ def cleanup(ns: str, kubeconfig: Path, *args: str, stop_timeout: str = "5s",
             ) -> subprocess.CompletedProcess:
     """What the chart's hook Job runs (there with --all-namespaces)."""
     return run_tool("kubectl-flux_plunger", "release-fence", "--namespace", ns,
-                    f"--stop-deployment={ns}/flux-plunger", f"--stop-timeout={stop_timeout}",
-                    *args, kubeconfig=kubeconfig)
+                    f"--stop-deployment={ns}/flux-plunger", f"--lease-namespace={ns}",
+                    f"--stop-timeout={stop_timeout}", *args, kubeconfig=kubeconfig)
 
 
 def release_fence(ns: str, kubeconfig: Path, *args: str) -> subprocess.CompletedProcess:
-    return run_tool("kubectl-flux_plunger", "release-fence", "--namespace", ns, *args,
-                    kubeconfig=kubeconfig)
+    """By hand, under the hook's RBAC (the controllers' Leases are listed in ``ns``)."""
+    return run_tool("kubectl-flux_plunger", "release-fence", "--namespace", ns,
+                    f"--lease-namespace={ns}", *args, kubeconfig=kubeconfig)
 
 
 def _norm(text: str, ns: str) -> list[str]:

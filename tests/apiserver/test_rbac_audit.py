@@ -98,7 +98,7 @@ def test_controller_roles_are_exactly_what_serve_and_the_verbs_send(plane, clust
     ro = cli(kc, "resume-owned", "-n", ns, "--lease-namespace", ns)
     assert ro.returncode == 0 and "ours relinquished" in ro.stdout, ro
     _hold(cluster, ns, "ours")
-    rf = cli(kc, "release-fence", "-n", ns)
+    rf = cli(kc, "release-fence", "-n", ns, "--lease-namespace", ns)
     assert rf.returncode == 0, rf
     # a release whose storage is in another cluster: its kubeConfig Secret is read (here it
     # is missing: reported, nothing else happens)
@@ -141,8 +141,8 @@ def test_hook_roles_are_exactly_what_the_hook_command_sends(plane, cluster, helm
     _fenced_release(cluster, ns, "demo")
     job = find(docs, "Job", "flux-plunger-uninstall-cleanup")
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[:3] == ["release-fence", "--all-namespaces",
-                        f"--stop-deployment={ns}/flux-plunger"]
+    assert args[:4] == ["release-fence", "--all-namespaces",
+                        f"--stop-deployment={ns}/flux-plunger", f"--lease-namespace={ns}"]
 
     raced: list[str] = []
     real_init = kube_mod.Kube.__init__
@@ -160,7 +160,8 @@ def test_hook_roles_are_exactly_what_the_hook_command_sends(plane, cluster, helm
     monkeypatch.setattr("sys.argv", ["kubectl-flux_plunger"])
     mark = plane.audit_mark()
     # what the Job runs (there with --all-namespaces), on this test's namespace only
-    code = main(["release-fence", "-n", ns, args[2], "--stop-timeout=5s", "--retry-window=5s",
+    code = main(["release-fence", "-n", ns, args[2], args[3], "--stop-timeout=5s",
+                 "--retry-window=5s",
                  "--kubeconfig", str(kc)])
     assert code == 0
     assert raced, "the concurrent write never landed"

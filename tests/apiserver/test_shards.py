@@ -12,8 +12,15 @@ to exactly its install's rendered roles (so the audit log tells the installs apa
 3. two shards in the same namespace: the chart renders distinct names for everything, the
    renderings apply side by side, and both lead (1);
 4. the main install never touches a sharded release (its serve, and its hook in 2);
-5. recover and resume-owned refuse while the named shard's controller leads
-   (--lease-name), --force overrides; status says which controller covers the release.
+5. the writing verbs read every flux-plunger Lease (issue 28): the crash clean-up
+   (resume-owned), recover and release-fence, run without --lease-name while shard b is
+   mid-recovery, leave shard b's release alone (exit 1, naming shard b's controller) and
+   act on a leftover outside every live shard's scope; --lease-name never narrows that;
+   --force overrides; a killed shard's Lease stops counting once it has expired; the
+   reference controller's Lease (no scope recorded) covers everything until it expires;
+   status says which controller covers the release;
+6. two shards installed with one selector both warn (gauge, log line, Warning Event on
+   their Lease) and stop when one goes; disjoint shards and the main instance say nothing.
 
 The same with two chart installs in kind: tests/kind (see the report of issue 18)."""
 from __future__ import annotations
@@ -30,6 +37,7 @@ from testplane.rbac import service_account_kubeconfig
 
 from ..conftest import run_cli
 from .conftest import hold, stuck_release
+from testplane.cluster import eventually
 from .test_deploy_manifests import ServeProcess, apply, find, helm, helm_template, is_hook  # noqa: F401
 
 KEY = "sharding.fluxcd.io/key"
@@ -281,41 +289,236 @@ def test_the_main_install_never_touches_a_sharded_release(plane, cluster, ns, in
     assert about(mine, ns, "sharded") == []
 
 
-# -- 5: the one-shot verbs and a shard's running controller --------------------------------
+# -- 5: the one-shot verbs and every shard's running controller (issue 28) ---------------
 
-def test_one_shot_verbs_refuse_while_the_named_shards_controller_leads(plane, cluster, ns,
-                                                                        installs, tmp_path):
-    key = unique("b")
-    b = installs(f"flux-plunger-{key}", f'shard="{key}"')
-    pb = b.start(tmp_path, "--handshake-timeout=120s")
+def lease_spec(cluster, ns: str, name: str) -> dict:
+    return (cluster.kube.get_lease(ns, name) or {}).get("spec") or {}
+
+
+def deferred_line(out: str, name: str) -> str:
+    (line,) = [ln for ln in out.splitlines()
+               if ln.startswith(f"helmrelease.helm.toolkit.fluxcd.io/{name} deferred: ")]
+    return line
+
+
+def test_the_crash_clean_up_and_recover_leave_a_shards_recovery_in_flight_alone(
+        plane, cluster, ns, installs, tmp_path):
+    """Shard b holds bravo mid-recovery (its handshake waits on a helm-controller that does
+    not run), shard a runs too; the documented crash clean-up and a recover run WITHOUT
+    --lease-name: bravo is left alone, named with shard b's controller, and the verb exits
+    1; a leftover outside every live shard's scope is lifted in the same run."""
+    a_key, b_key = unique("a"), unique("b")
+    a = installs(f"flux-plunger-{a_key}", f'shard="{a_key}"')
+    b = installs(f"flux-plunger-{b_key}", f'shard="{b_key}"')
+    pa, pb = a.start(tmp_path), b.start(tmp_path, "--handshake-timeout=120s")
+    pa.wait_for(a.leads, 30, "shard a leads")
     pb.wait_for(b.leads, 30, "shard b leads")
-    stuck_release(cluster, ns, "bravo", labels={KEY: key})
+    stuck_release(cluster, ns, "bravo", labels={KEY: b_key})
     pb.wait_for(lambda: held_by_us(cluster, ns, "bravo"), 30, "shard b holds bravo")
+    cluster.create_hr(ns, "free", labels={KEY: unique("gone")})   # a shard that is no more
+    hold(cluster, ns, "free")                                     # ... left this behind
+    before = cluster.get(ns, "bravo")["metadata"]["resourceVersion"]
+    holder = lease_spec(cluster, ns, b.lease)["holderIdentity"]
     kc = plane.kubeconfig
-    sel = ("-n", ns, "-l", f"{KEY}={key}", "--lease-namespace", ns)
-    for verb in ("recover", "resume-owned"):
-        for flag in ("--lease-name", "--leader-election-id"):
-            r = run_cli(verb, *sel, flag, b.lease, kubeconfig=kc)
-            assert r.code == 1, r
-            assert f"holds Lease {ns}/{b.lease} (running" in r.err, r
-            assert f"(watching -l '{KEY}={key}')" in r.err, r
+    mark = plane.audit_mark()
+    r = run_cli("resume-owned", "-n", ns, "--lease-namespace", ns, kubeconfig=kc)
+    assert r.code == 1, r
+    line = deferred_line(r.out, "bravo")
+    assert f"flux-plunger controller {holder} holds Lease {ns}/{b.lease} (running" in line, r
+    assert f"(watching -l '{KEY}={b_key}')" in line and "--force" in line, r
+    assert "free relinquished" in r.out, r
+    assert "lifted 1 flux-plunger suspensions, 0 failed" in r.out, r
+    free = cluster.get(ns, "free")
+    assert not free["spec"].get("suspend") and C.FENCE not in free["metadata"]["finalizers"]
+    # one LIST of the Leases, no GET of any (the request counts keep their values)
+    leases = [e["verb"] for e in plane.audit_events(mark)
+              if (e.get("objectRef") or {}).get("resource") == "leases"
+              and (e.get("user") or {}).get("username") not in (a.user, b.user)]
+    assert leases == ["list"], leases
+    for args in (("recover", "-n", ns, "bravo"), ("resume-owned", "-n", ns, "bravo"),
+                 ("recover", "-n", ns, "-l", f"{KEY}={b_key}")):
+        r = run_cli(*args, "--lease-namespace", ns, kubeconfig=kc)
+        assert r.code == 1, r
+        assert f"holds Lease {ns}/{b.lease}" in deferred_line(r.out, "bravo"), r
+    doc = json.loads(run_cli("recover", "-n", ns, "bravo", "--lease-namespace", ns, "-o",
+                             "json", kubeconfig=kc).out)
+    assert [(i["result"], i["controller"]) for i in doc["items"]] == [("deferred", b.lease)]
+    # --lease-name (alias --leader-election-id) is still accepted and never narrows the
+    # check: naming shard a's Lease still leaves shard b's release alone
+    for flag in ("--lease-name", "--leader-election-id"):
+        r = run_cli("resume-owned", "-n", ns, "bravo", "--lease-namespace", ns, flag, a.lease,
+                    kubeconfig=kc)
+        assert r.code == 1 and f"holds Lease {ns}/{b.lease}" in r.out, r
+    # release-fence by hand, scoped to the namespace only, leaves it too
+    r = run_cli("release-fence", "-n", ns, "--lease-namespace", ns, kubeconfig=kc)
+    assert r.code == 1, r
+    assert "bravo NOT released: left alone: flux-plunger controller" in r.err, r
+    assert "released 0 of 1 fenced HelmReleases" in r.out, r
+    # not a single write to bravo, its storage intact
+    after = cluster.get(ns, "bravo")
     assert held_by_us(cluster, ns, "bravo")
-    # status: which controller covers the release, and the shard's controller line
-    st = run_cli("status", "-n", ns, "--lease-namespace", ns, "-o", "wide", kubeconfig=kc)
-    assert st.code == 0, st
-    assert "Controller: flux-plunger controller " in st.err and f"Lease {ns}/{b.lease}" in st.err
-    (line,) = [ln for ln in st.out.splitlines() if ln.startswith("bravo ")]
-    assert " recovering " in line and f" {b.lease} " in line, st.out
+    assert after["metadata"]["resourceVersion"] == before
+    assert "sh.helm.release.v1.bravo.v2" in cluster.secret_names(ns, "bravo")
+    # status: which controller covers the release
     doc = json.loads(run_cli("status", "-n", ns, "--lease-namespace", ns, "-o", "json",
                              kubeconfig=kc).out)
     (item,) = [i for i in doc["items"] if i["metadata"]["name"] == "bravo"]
     assert item["controller"] == b.lease and item["state"] == "recovering"
     # --force acts anyway: the operator lifts the shard's in-flight suspension (shard b then
     # defers its recovery, storage intact, and takes the release up again later)
-    r = run_cli("resume-owned", *sel, "--lease-name", b.lease, "--force", kubeconfig=kc)
+    r = run_cli("resume-owned", "-n", ns, "bravo", "--lease-namespace", ns, "--force",
+                kubeconfig=kc)
     assert r.code == 0, r
     assert "bravo relinquished" in r.out and "lifted 1 flux-plunger suspensions" in r.out, r
     assert "sh.helm.release.v1.bravo.v2" in cluster.secret_names(ns, "bravo")
+
+
+def test_a_crashed_shards_lease_stops_counting_once_it_has_expired(
+        plane, cluster, ns, installs, tmp_path):
+    """Shard b is killed mid-recovery (no drain, its Lease not given up): while its Lease
+    is live the crash clean-up leaves bravo alone; once it has expired it lifts it."""
+    b_key = unique("b")
+    b = installs(f"flux-plunger-{b_key}", f'shard="{b_key}"')
+    # a Lease long enough to run the verb inside it, short enough to wait out
+    pb = b.start(tmp_path, "--handshake-timeout=120s", "--lease-duration=20s",
+                 "--renew-deadline=10s", "--retry-period=2s")
+    pb.wait_for(b.leads, 30, "shard b leads")
+    stuck_release(cluster, ns, "bravo", labels={KEY: b_key})
+    pb.wait_for(lambda: held_by_us(cluster, ns, "bravo"), 30, "shard b holds bravo")
+    pb.kill()                                                   # SIGKILL: no drain
+    spec = lease_spec(cluster, ns, b.lease)
+    assert spec["holderIdentity"] and spec["leaseDurationSeconds"] == 20
+    r = run_cli("resume-owned", "-n", ns, "--lease-namespace", ns, kubeconfig=plane.kubeconfig)
+    assert r.code == 1 and f"holds Lease {ns}/{b.lease}" in r.out, r
+    assert held_by_us(cluster, ns, "bravo")
+
+    def expired() -> bool:
+        import datetime as dt
+
+        from kubectl_flux_plunger.detect import parse_timestamp
+        renewed = parse_timestamp(lease_spec(cluster, ns, b.lease)["renewTime"])
+        return dt.datetime.now(dt.timezone.utc) - renewed > dt.timedelta(seconds=21)
+    eventually(expired, 60, "shard b's Lease to expire")
+    r = run_cli("resume-owned", "-n", ns, "--lease-namespace", ns, kubeconfig=plane.kubeconfig)
+    assert r.code == 0 and "bravo relinquished" in r.out, r
+    assert not cluster.get(ns, "bravo")["spec"].get("suspend")
+    assert "sh.helm.release.v1.bravo.v2" in cluster.secret_names(ns, "bravo")
+
+
+def reference_lease(cluster, ns: str, *, renewed_ago: float = 0.0) -> dict:
+    """The Lease the reference controller's manager writes (controller-runtime's leader
+    election, --leader-elect, ID flux-plunger.cozystack.io): holder "<hostname>_<uuid>",
+    MicroTime acquire/renew times, its LeaseDuration in seconds (115 at the chart default),
+    and no annotations: it records nothing of what it watches."""
+    import datetime as dt
+    import uuid
+
+    at = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=renewed_ago)).strftime(
+        "%Y-%m-%dT%H:%M:%S.%fZ")
+    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": C.LEASE_NAME, "namespace": ns},
+            "spec": {"holderIdentity": f"flux-plunger-7d9f8b6c5-x2x4k_{uuid.uuid4()}",
+                     "leaseDurationSeconds": 115, "acquireTime": at, "renewTime": at,
+                     "leaseTransitions": 0}}
+    existing = cluster.kube.get_lease(ns, C.LEASE_NAME)
+    if existing is None:
+        return cluster.kube.create_lease(ns, body)
+    body["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+    return cluster.kube.update_lease(ns, C.LEASE_NAME, body)
+
+
+def test_the_reference_controllers_lease_covers_every_release_until_it_expires(
+        plane, cluster, ns):
+    cluster.create_hr(ns, "left", labels={KEY: unique("s")})
+    hold(cluster, ns, "left")
+    lease = reference_lease(cluster, ns)
+    holder = lease["spec"]["holderIdentity"]
+    kc = plane.kubeconfig
+    for verb in ("resume-owned", "recover", "release-fence"):
+        r = run_cli(verb, "-n", ns, "--lease-namespace", ns, kubeconfig=kc)
+        assert r.code == 1, r
+        assert f"flux-plunger controller {holder} holds Lease {ns}/{C.LEASE_NAME}" in \
+            r.out + r.err, r
+        assert "it records no scope, as the reference controller's" in r.out + r.err, r
+    assert held_by_us(cluster, ns, "left")
+    reference_lease(cluster, ns, renewed_ago=116)                 # it stopped renewing
+    r = run_cli("resume-owned", "-n", ns, "--lease-namespace", ns, kubeconfig=kc)
+    assert r.code == 0 and "left relinquished" in r.out, r
+
+
+# -- 6: two serve processes whose scopes overlap say so (issue 28) -------------------------
+
+def scope_events(cluster, ns: str, lease: str) -> list[dict]:
+    items = cluster.kube.request("LIST", "GET", f"/api/v1/namespaces/{ns}/events")["items"]
+    return [e for e in items if e["reason"] == "ScopeOverlap"
+            and e["involvedObject"].get("kind") == "Lease"
+            and e["involvedObject"].get("name") == lease]
+
+
+def overlaps(proc) -> float | None:
+    for line in proc._get(proc.metrics, "/metrics")[1].splitlines():
+        if line.startswith("flux_plunger_scope_overlaps "):
+            return float(line.split()[1])
+    return None
+
+
+def warned(proc) -> list[dict]:
+    out = []
+    for line in proc.text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("level") == "warning" and "scope overlaps" in rec.get("msg", ""):
+            out.append(rec)
+    return out
+
+
+def test_two_shards_with_one_selector_warn_loudly_and_stop_when_one_goes(
+        plane, cluster, ns, installs, tmp_path):
+    key = unique("k")
+    x = installs(f"flux-plunger-{key}-x", f'selector="{KEY}={key}"')
+    y = installs(f"flux-plunger-{key}-y", f'selector="{KEY}={key}"')
+    assert x.lease != y.lease and x.selector == y.selector
+    px = x.start(tmp_path, "--scope-overlap-check-interval=1s")
+    py = y.start(tmp_path, "--scope-overlap-check-interval=1s")
+    px.wait_for(x.leads, 30, "x leads")
+    py.wait_for(y.leads, 30, "y leads")
+    for me, proc, other in ((x, px, y), (y, py, x)):
+        proc.wait_for(lambda proc=proc: overlaps(proc) == 1.0, 30, f"{me.name}'s gauge")
+        proc.wait_for(lambda me=me: scope_events(cluster, ns, me.lease), 30,
+                      f"the ScopeOverlap Event on {me.lease}")
+        (event,) = scope_events(cluster, ns, me.lease)
+        assert event["type"] == "Warning" and "cannot be shown disjoint" in event["message"]
+        (line,) = warned(proc)
+        assert line["scope"] == f"-A -l '{KEY}={key}'"
+        (named,) = line["overlaps"]
+        assert named.startswith(f"Lease {ns}/{other.lease} held by ") and \
+            named.endswith(f"watching -A -l '{KEY}={key}'"), named
+    # y stops (gives its Lease up): x's gauge goes back to 0 and says so
+    assert py.stop() == 0
+    px.wait_for(lambda: overlaps(px) == 0.0, 30, "x's gauge back to 0")
+    px.wait_for(lambda: "scope overlaps this one's any more" in px.text(), 30, "x says so")
+
+
+def test_two_shards_with_disjoint_selectors_say_nothing(plane, cluster, ns, installs, tmp_path):
+    a_key, b_key = unique("a"), unique("b")
+    a = installs(f"flux-plunger-{a_key}", f'shard="{a_key}"')
+    b = installs(f"flux-plunger-{b_key}", f'shard="{b_key}"')
+    main = installs("flux-plunger", f'selector="!{KEY}"')   # Flux's main instance beside them
+    procs = [(i, i.start(tmp_path, "--scope-overlap-check-interval=1s")) for i in (a, b, main)]
+    for i, proc in procs:
+        proc.wait_for(i.leads, 30, f"{i.name} leads")
+    mark = plane.audit_mark()
+
+    def checked_twice(i) -> bool:   # two checks of each, all three leading
+        return sum(e["verb"] == "list" and (e.get("objectRef") or {}).get("resource") == "leases"
+                   for e in plane.audit_events(mark, user=i.user)) >= 2
+    for i, proc in procs:
+        proc.wait_for(lambda i=i: checked_twice(i), 30, f"{i.name} checked twice")
+    for i, proc in procs:
+        assert overlaps(proc) == 0.0 and warned(proc) == [] and \
+            scope_events(cluster, ns, i.lease) == [], i.name
 
 
 def test_the_kustomize_shard_overlay_sits_next_to_the_base(plane):
