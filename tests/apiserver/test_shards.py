@@ -441,6 +441,17 @@ def test_the_reference_controllers_lease_covers_every_release_until_it_expires(
             r.out + r.err, r
         assert "it records no scope, as the reference controller's" in r.out + r.err, r
     assert held_by_us(cluster, ns, "left")
+    # an identity that may GET Leases but not LIST them: warned, the contract's Lease read
+    # by name — the reference controller's still stops it
+    from .test_cli_verbs import CLI_RULES
+    rules = copy.deepcopy(CLI_RULES)
+    rules[-1]["verbs"] = ["get"]
+    get_only = service_account_kubeconfig(plane, unique("getonly"), namespace=ns,
+                                          cluster_rules=rules)
+    r = run_cli("resume-owned", "-n", ns, "--lease-namespace", ns, kubeconfig=get_only)
+    assert r.code == 1 and f"holds Lease {ns}/{C.LEASE_NAME}" in r.out, r
+    assert r.err.startswith(f"warning: cannot list the Leases in namespace {ns} ("), r
+    assert held_by_us(cluster, ns, "left")
     reference_lease(cluster, ns, renewed_ago=116)                 # it stopped renewing
     r = run_cli("resume-owned", "-n", ns, "--lease-namespace", ns, kubeconfig=kc)
     assert r.code == 0 and "left relinquished" in r.out, r
