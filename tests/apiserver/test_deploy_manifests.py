@@ -114,6 +114,13 @@ def find(docs: list[dict], kind: str, name: str) -> dict:
     return hits[0]
 
 
+def cluster_name(namespace: str = "flux-plunger", name: str = "flux-plunger") -> str:
+    """What the chart names the objects not confined to the release namespace (ClusterRole,
+    ClusterRoleBinding; the Role of watchNamespace): ``<namespace>-<name>``, unique per
+    install.  The kustomize base (namespace flux-plunger) names them the same way."""
+    return f"{namespace}-{name}"
+
+
 def verbs_by_resource(role: dict) -> dict[tuple[str, str], list[str]]:
     out: dict[tuple[str, str], list[str]] = {}
     for rule in role["rules"]:
@@ -185,7 +192,7 @@ def test_kustomize_base_applies_to_the_apiserver(plane):
     kinds = sorted((d["kind"], d["metadata"]["name"]) for d in docs)
     assert kinds == sorted([
         ("Namespace", "flux-plunger"), ("ServiceAccount", "flux-plunger"),
-        ("ClusterRole", "flux-plunger"), ("ClusterRoleBinding", "flux-plunger"),
+        ("ClusterRole", cluster_name()), ("ClusterRoleBinding", cluster_name()),
         ("Role", "flux-plunger-leader-election"), ("RoleBinding", "flux-plunger-leader-election"),
         ("Deployment", "flux-plunger"), ("Service", "flux-plunger")])
     out = apply(plane, docs, "test-kustomize")
@@ -196,7 +203,7 @@ def test_kustomize_base_applies_to_the_apiserver(plane):
     dep = live(plane, find(docs, "Deployment", "flux-plunger"))
     assert_controller_deployment(dep)
     assert dep["spec"]["template"]["spec"]["containers"][0]["args"] == SERVE_ARGS
-    crb = live(plane, find(docs, "ClusterRoleBinding", "flux-plunger"))
+    crb = live(plane, find(docs, "ClusterRoleBinding", cluster_name()))
     assert crb["subjects"] == [{"kind": "ServiceAccount", "name": "flux-plunger",
                                 "namespace": "flux-plunger"}]
     svc = live(plane, find(docs, "Service", "flux-plunger"))
@@ -228,14 +235,43 @@ def test_chart_renders_with_real_helm_and_applies(plane, helm, cluster):
     assert pod["containers"][0]["image"] == dep["spec"]["template"]["spec"]["containers"][0]["image"]
 
 
+def test_the_same_release_in_two_namespaces_never_shares_an_object(plane, helm, cluster):
+    """Issue 28: the release name flux-plunger installed in two namespaces (and two installs
+    watching one namespace) renders no cluster-scoped name — or any name in a shared
+    namespace — twice; both renderings apply side by side, each binding its own
+    ServiceAccounts."""
+    for sets in ((), ('{"watchNamespace": "%s"}' % cluster.namespace("watched"),)):
+        one, two = cluster.namespace("twice"), cluster.namespace("twice")
+        docs = {ns: render_chart(helm, ns, *sets) for ns in (one, two)}
+        keys = {ns: {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
+                     for d in ds} for ns, ds in docs.items()}
+        assert not keys[one] & keys[two], keys[one] & keys[two]
+        for ns, ds in docs.items():
+            for d in ds:
+                if d["kind"] in ("ClusterRole", "ClusterRoleBinding") or (
+                        d["kind"] in ("Role", "RoleBinding")
+                        and d["metadata"].get("namespace") != ns):
+                    assert d["metadata"]["name"].startswith(f"{ns}-flux-plunger"), d["metadata"]
+                if d["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+                    assert {s["namespace"] for s in d["subjects"]} == {ns}
+                    assert d["roleRef"]["name"] in {x["metadata"]["name"] for x in ds
+                                                    if x["kind"] == d["roleRef"]["kind"]}
+        both = [d for ds in docs.values() for d in ds]
+        out = apply(plane, both, "test-twice")
+        assert out.count("serverside-applied") == len(both), out
+    # kustomize: the base and the shard overlay follow the chart's naming
+    kz = {(d["kind"], d["metadata"]["name"]) for d in render_kustomize()}
+    assert ("ClusterRole", cluster_name()) in kz and ("ClusterRoleBinding", cluster_name()) in kz
+
+
 def test_chart_and_kustomize_render_the_same_controller(helm):
     kz = {(d["kind"], d["metadata"]["name"]): d for d in render_kustomize()}
     ch = {(d["kind"], d["metadata"]["name"]): d for d in render_chart(helm)
           if not is_hook(d)}
     assert set(ch) == set(kz) - {("Namespace", "flux-plunger")}
-    for key in ("ClusterRole", "flux-plunger"), ("Role", "flux-plunger-leader-election"):
+    for key in ("ClusterRole", cluster_name()), ("Role", "flux-plunger-leader-election"):
         assert ch[key]["rules"] == kz[key]["rules"], key
-    for key in ("ClusterRoleBinding", "flux-plunger"), ("RoleBinding", "flux-plunger-leader-election"):
+    for key in ("ClusterRoleBinding", cluster_name()), ("RoleBinding", "flux-plunger-leader-election"):
         assert ch[key]["subjects"] == kz[key]["subjects"] and ch[key]["roleRef"] == kz[key]["roleRef"]
 
     def pod(d):
@@ -353,11 +389,11 @@ def test_shipped_rbac_is_exactly_the_least_privilege_set(helm):
     kz = render_kustomize()
     ch = render_chart(helm)
     for docs in (kz, ch):
-        assert verbs_by_resource(find(docs, "ClusterRole", "flux-plunger")) == CONTROLLER_CLUSTER_RULES
+        assert verbs_by_resource(find(docs, "ClusterRole", cluster_name())) == CONTROLLER_CLUSTER_RULES
         assert verbs_by_resource(find(docs, "Role", "flux-plunger-leader-election")) == LEASE_RULES
-        for rule in find(docs, "ClusterRole", "flux-plunger")["rules"]:
+        for rule in find(docs, "ClusterRole", cluster_name())["rules"]:
             assert "resourceNames" not in rule and "nonResourceURLs" not in rule
-    hook_cr = find(ch, "ClusterRole", "flux-plunger-uninstall-cleanup")
+    hook_cr = find(ch, "ClusterRole", cluster_name(name="flux-plunger-uninstall-cleanup"))
     hook_role = find(ch, "Role", "flux-plunger-uninstall-cleanup-stop")
     assert verbs_by_resource(hook_cr) == HOOK_CLUSTER_RULES
     assert verbs_by_resource(hook_role) == HOOK_ROLE_RULES
@@ -367,20 +403,20 @@ def test_shipped_rbac_is_exactly_the_least_privilege_set(helm):
     # nothing else is granted anywhere: every Role/ClusterRole is one of the above
     roles = sorted((d["kind"], d["metadata"]["name"]) for d in kz + ch
                    if d["kind"] in ("Role", "ClusterRole"))
-    assert roles == sorted([("ClusterRole", "flux-plunger"), ("Role", "flux-plunger-leader-election")] * 2
-                           + [("ClusterRole", "flux-plunger-uninstall-cleanup"),
+    assert roles == sorted([("ClusterRole", cluster_name()), ("Role", "flux-plunger-leader-election")] * 2
+                           + [("ClusterRole", cluster_name(name="flux-plunger-uninstall-cleanup")),
                               ("Role", "flux-plunger-uninstall-cleanup-stop")])
 
 
 def test_watch_namespace_grants_a_role_in_that_namespace_only(helm):
     docs = render_chart(helm, "flux-plunger", '{"watchNamespace": "team-a"}')
-    role = find(docs, "Role", "flux-plunger")
+    role = find(docs, "Role", cluster_name())
     assert role["metadata"]["namespace"] == "team-a"
     assert verbs_by_resource(role) == CONTROLLER_CLUSTER_RULES
-    binding = find(docs, "RoleBinding", "flux-plunger")
+    binding = find(docs, "RoleBinding", cluster_name())
     assert binding["metadata"]["namespace"] == "team-a"
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                  "name": "flux-plunger"}
+                                  "name": cluster_name()}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "flux-plunger",
                                     "namespace": "flux-plunger"}]
     controller = [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")
@@ -480,7 +516,7 @@ def controller_sa(plane, helm, ns):
     docs = render_chart(helm, ns)
     return service_account_kubeconfig(
         plane, unique("fp"), namespace=ns,
-        cluster_rules=_rules(find(docs, "ClusterRole", "flux-plunger")),
+        cluster_rules=_rules(find(docs, "ClusterRole", cluster_name(ns))),
         namespace_rules={ns: _rules(find(docs, "Role", "flux-plunger-leader-election"))})
 
 
@@ -576,7 +612,8 @@ def hook_sa(plane, helm):
         docs = render_chart(helm, ns)
         return service_account_kubeconfig(
             plane, unique("hook"), namespace=ns,
-            cluster_rules=_rules(find(docs, "ClusterRole", "flux-plunger-uninstall-cleanup")),
+            cluster_rules=_rules(find(docs, "ClusterRole",
+                                      cluster_name(ns, "flux-plunger-uninstall-cleanup"))),
             namespace_rules={role_in or ns: _rules(find(docs, "Role",
                                                         "flux-plunger-uninstall-cleanup-stop"))})
     return _make

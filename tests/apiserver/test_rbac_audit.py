@@ -24,6 +24,7 @@ from testplane.cluster import SimulatedHelmController, unique
 from testplane.rbac import service_account_kubeconfig
 
 from .test_deploy_manifests import (ServeProcess, _deployment, _fallbacks, _fenced_release,
+                                    cluster_name,
                                    _forbidden,
                                     _hold, _recovered, _stuck, find, render_chart,
                                     render_kustomize, run_tool)
@@ -65,7 +66,7 @@ def cli(kubeconfig, *args: str):
 def test_controller_roles_are_exactly_what_serve_and_the_verbs_send(plane, cluster, ns,
                                                                      tmp_path):
     docs = render_kustomize()
-    cluster_role = find(docs, "ClusterRole", "flux-plunger")
+    cluster_role = find(docs, "ClusterRole", cluster_name())
     lease_role = find(docs, "Role", "flux-plunger-leader-election")
     name = unique("audit")
     kc = service_account_kubeconfig(plane, name, namespace=ns,
@@ -130,7 +131,7 @@ def test_hook_roles_are_exactly_what_the_hook_command_sends(plane, cluster, helm
 
     ns = cluster.namespace("hookaudit")
     docs = render_chart(helm, ns)
-    hook_cluster = find(docs, "ClusterRole", "flux-plunger-uninstall-cleanup")
+    hook_cluster = find(docs, "ClusterRole", cluster_name(ns, "flux-plunger-uninstall-cleanup"))
     hook_stop = find(docs, "Role", "flux-plunger-uninstall-cleanup-stop")
     name = unique("hookaudit")
     kc = service_account_kubeconfig(plane, name, namespace=ns,

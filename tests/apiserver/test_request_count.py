@@ -280,13 +280,13 @@ class CountedServe:
         from testplane.cluster import eventually, unique
         from testplane.rbac import service_account_kubeconfig
 
-        from .test_deploy_manifests import ServeProcess, find, render_kustomize
+        from .test_deploy_manifests import ServeProcess, cluster_name, find, render_kustomize
 
         docs = render_kustomize()
         name = unique("count")
         kc = service_account_kubeconfig(
             plane, name, namespace=ns,
-            cluster_rules=copy.deepcopy(find(docs, "ClusterRole", "flux-plunger")["rules"]),
+            cluster_rules=copy.deepcopy(find(docs, "ClusterRole", cluster_name())["rules"]),
             namespace_rules={ns: copy.deepcopy(
                 find(docs, "Role", "flux-plunger-leader-election")["rules"])})
         self.plane, self.user = plane, f"system:serviceaccount:{ns}:{name}"

@@ -77,7 +77,8 @@ class Install:
         sa = unique(self.name)
         kc = service_account_kubeconfig(
             self.plane, sa, namespace=self.ns,
-            cluster_rules=copy.deepcopy(find(self.docs, "ClusterRole", self.fullname)["rules"]),
+            cluster_rules=copy.deepcopy(find(self.docs, "ClusterRole",
+                                             f"{self.ns}-{self.fullname}")["rules"]),
             namespace_rules={self.ns: copy.deepcopy(
                 find(self.docs, "Role", f"{self.fullname}-leader-election")["rules"])})
         self.user = f"system:serviceaccount:{self.ns}:{sa}"
@@ -555,8 +556,8 @@ def test_the_kustomize_shard_overlay_sits_next_to_the_base(plane):
                          "--leader-election-id=flux-plunger-shard1.flux-plunger.cozystack.io"]
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "flux-plunger-shard1"
     assert dep["spec"]["selector"] != find(base, "Deployment", "flux-plunger")["spec"]["selector"]
-    crb = find(shard, "ClusterRoleBinding", "flux-plunger-shard1")
-    assert crb["roleRef"]["name"] == "flux-plunger-shard1"
+    crb = find(shard, "ClusterRoleBinding", "flux-plunger-flux-plunger-shard1")
+    assert crb["roleRef"]["name"] == "flux-plunger-flux-plunger-shard1"
     assert crb["subjects"][0]["name"] == "flux-plunger-shard1"
     out = apply(plane, base + shard, "test-kustomize-shard")
     assert out.count("serverside-applied") == len(base) + len(shard), out

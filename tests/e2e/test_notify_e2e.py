@@ -107,7 +107,7 @@ def test_a_failed_recovery_is_one_notification_of_severity_error(
     """The shipped ClusterRole without `list` on Secrets: the recovery cannot read Helm
     storage, fails before writing anything, and says so through the Alert."""
     rules = []
-    for rule in find(render_kustomize(), "ClusterRole", "flux-plunger")["rules"]:
+    for rule in find(render_kustomize(), "ClusterRole", "flux-plunger-flux-plunger")["rules"]:
         rule = dict(rule)
         if "secrets" in rule.get("resources", []):
             rule["verbs"] = [v for v in rule["verbs"] if v != "list"]

@@ -32,7 +32,7 @@ def test_serve_with_exactly_the_shipped_rbac_against_helm_controller(
     docs = render_kustomize()
     kc = service_account_kubeconfig(
         plane, "flux-plunger", namespace=ns,
-        cluster_rules=find(docs, "ClusterRole", "flux-plunger")["rules"],
+        cluster_rules=find(docs, "ClusterRole", "flux-plunger-flux-plunger")["rules"],
         namespace_rules={ns: find(docs, "Role", "flux-plunger-leader-election")["rules"]})
     make_stuck(installed, cluster, ns, "demo")
     installed("held")

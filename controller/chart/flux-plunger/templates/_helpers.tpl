@@ -12,6 +12,14 @@ Lease). */}}
 {{- printf "%s-flux-plunger" .Release.Name | trunc 40 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
+{{/* The name of what is not confined to the release namespace — the ClusterRole and
+ClusterRoleBinding (with watchNamespace: the Role and RoleBinding there, which installs from
+other namespaces may share): the release namespace, then the install's name, so the same
+release name installed in two namespaces never collides.  The kustomize base names them
+the same way (flux-plunger-flux-plunger). */}}
+{{- define "flux-plunger.clusterName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "flux-plunger.name" .) -}}
+{{- end -}}
 {{- define "flux-plunger.hookName" -}}{{ include "flux-plunger.name" . }}-uninstall-cleanup{{- end -}}
 
 {{/* The HelmReleases this install watches: `selector`, else the shard's
