@@ -378,16 +378,33 @@ class ControlPlane:
         kube.close()
 
 
+class _Stopped(Exception):
+    """SIGTERM or SIGHUP reached ``main``: stop the control plane, then exit."""
+
+
+def _stop_on_signal(signum, frame):  # noqa: ARG001 - a signal handler's signature
+    raise _Stopped(signum)
+
+
 def main() -> int:
-    """``python -m testplane.plane``: start a control plane and keep it until Ctrl-C."""
-    plane = ControlPlane().start()
-    print(f"kube-apiserver ready at {plane.server} in {plane.start_seconds:.1f}s")
-    print(f"export KUBECONFIG={plane.kubeconfig}")
+    """``python -m testplane.plane``: start a control plane and keep it until Ctrl-C,
+    SIGTERM or SIGHUP (a closed terminal), then stop its kube-apiserver and etcd.  They run
+    in sessions of their own, so no signal reaches them but the one ``stop()`` sends; a
+    signal landing while the plane starts stops what was started so far."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_on_signal)
+    plane = ControlPlane()
     try:
-        signal.pause()
-    except KeyboardInterrupt:
+        plane.start()
+        print(f"kube-apiserver ready at {plane.server} in {plane.start_seconds:.1f}s", flush=True)
+        print(f"export KUBECONFIG={plane.kubeconfig}", flush=True)
+        while True:
+            signal.pause()
+    except (KeyboardInterrupt, _Stopped):
         pass
     finally:
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)   # a second signal must not cut the stop short
         plane.stop()
     return 0
 
