@@ -2,8 +2,20 @@
 # One-time (idempotent) set-up on a fresh machine: a virtualenv with the package and its
 # test dependencies, and the real test binaries compiled from Go modules (cached outside
 # the work tree, keyed by version; rebuilt only when missing).
+#
+#   ./hack/setup.sh          everything the test suite runs on (./hack/test.sh calls it)
+#   ./hack/setup.sh --demo   only what ./hack/demo.sh runs: the venv with the package (and
+#                            cryptography, for the control plane's PKI), kube-apiserver,
+#                            etcd, the Flux CRDs and helm-controller
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+demo=0
+case "${1:-}" in
+  --demo) demo=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--demo]" >&2; exit 2 ;;
+esac
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -12,7 +24,15 @@ fi
 # the lowest click pyproject.toml allows: the CLI tests run on it too (hack/test.sh)
 click_lowest=$(sed -n 's/^ *"click>=\([0-9.]*\),.*/\1/p' pyproject.toml)
 log=$(mktemp)
-if ! { .venv/bin/python -m pip install --quiet --upgrade pip &&
+if [ "$demo" = 1 ]; then
+  # the package and what testplane imports besides it (its pin is the test suite's)
+  crypto=$(sed -n 's/^\(cryptography[^ #]*\).*/\1/p' hack/requirements-test.txt)
+  if ! .venv/bin/python -m pip install --quiet -e . "$crypto" >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "error: installing the Python dependencies failed (log above)" >&2
+    exit 1
+  fi
+elif ! { .venv/bin/python -m pip install --quiet --upgrade pip &&
        .venv/bin/python -m pip install --quiet -e '.[serve]' -r hack/requirements-test.txt &&
        { [ -d ".venv/click-$click_lowest" ] ||
          .venv/bin/python -m pip install --quiet --no-deps --target ".venv/click-$click_lowest" \
@@ -22,14 +42,19 @@ if ! { .venv/bin/python -m pip install --quiet --upgrade pip &&
   exit 1
 fi
 rm -f "$log"
-# the krew archive's pinned wheels, installed once into krew/build (for build.py --check --offline)
-.venv/bin/python krew/build.py --fetch
 
 if ! command -v go >/dev/null 2>&1 && [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
   echo "error: Go >= 1.26 is needed to build the real kube-apiserver, etcd and helm-controller" \
        "(or set KUBEBUILDER_ASSETS to envtest binaries)" >&2
   exit 1
 fi
+if [ "$demo" = 1 ]; then
+  # the demo: a control plane and the real helm-controller, nothing of the test matrix
+  exec .venv/bin/python -m testplane.binaries kube-apiserver etcd crds helm-controller
+fi
+
+# the krew archive's pinned wheels, installed once into krew/build (for build.py --check --offline)
+.venv/bin/python krew/build.py --fetch
 # kube-apiserver, etcd, CRDs, helm-controller, krew (each built once, then cached)
 .venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm notification-controller notification-crds registry crane actionlint}
 # the release tier (tests/release): the image's locked wheels and the dependencies' wheels, once

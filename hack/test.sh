@@ -7,6 +7,8 @@
 #
 #   ./hack/test.sh                 everything, as CI runs it (.ci/run)
 #   ./hack/test.sh PYTEST-ARGS...  set-up, lint, then just `pytest PYTEST-ARGS...` (no coverage)
+#   KIND_ENGINE=start ...          also start a Docker engine for the kind tier (stopped at
+#                                  the end unless KIND_ENGINE_KEEP=1; see below)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # --- kind tier (issue 11): only when asked ------------------------------------------------
@@ -14,7 +16,30 @@ cd "$(dirname "$0")/.."
 # Debian's docker.io, its own socket and data root under ~/.cache) and build the tier's images
 # here (FLUX_PLUNGER_KIND_BUILD=1).  Unset: nothing is started; the kind tier uses whatever
 # Docker + kind the environment has, or skips saying why.
+# An engine this run started is stopped when the run ends, however it ends (dockerd and the
+# containerd it runs), and the last lines say so; KIND_ENGINE_KEEP=1 leaves it running for
+# the next run (`hack/kind/engine.sh stop` stops it later).  One that was already running
+# when the run began is never stopped.
+engine_started=0
+engine_end() {
+  local rc=$?
+  if [ "$engine_started" = 1 ]; then
+    if [ "${KIND_ENGINE_KEEP:-}" = 1 ]; then
+      echo "== the Docker engine this run started is left running (KIND_ENGINE_KEEP=1); hack/kind/engine.sh stop stops it"
+    elif hack/kind/engine.sh stop; then
+      echo "== stopped the Docker engine this run started (KIND_ENGINE_KEEP=1 keeps it for the next run)"
+    else
+      echo "error: could not stop the Docker engine this run started (hack/kind/engine.sh stop)" >&2
+      [ "$rc" -ne 0 ] || rc=1
+    fi
+  elif [ "${KIND_ENGINE:-}" = start ]; then
+    echo "== the Docker engine was running before this run: left running"
+  fi
+  exit "$rc"
+}
 if [ "${KIND_ENGINE:-}" = start ]; then
+  trap engine_end EXIT
+  hack/kind/engine.sh env >/dev/null 2>&1 || engine_started=1
   eval "$(hack/kind/engine.sh start)"
   export FLUX_PLUNGER_KIND_BUILD=${FLUX_PLUNGER_KIND_BUILD:-1}
 fi

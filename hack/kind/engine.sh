@@ -8,7 +8,8 @@
 #                               apt), start dockerd on its own socket, data root and exec
 #                               root, wait until it answers; print `export DOCKER_HOST=...`
 #   hack/kind/engine.sh env     print `export DOCKER_HOST=...` if that engine answers
-#   hack/kind/engine.sh stop    stop the dockerd this script started (its pid file)
+#   hack/kind/engine.sh stop    stop the dockerd this script started (its pid file) and wait
+#                               for it and its containerd to be gone
 #
 # On a host whose capability bounding set lacks capabilities (e.g. CAP_SYS_RESOURCE in some
 # microVMs), privileged containers — kind's nodes — fail in runc.  Only there the engine's
@@ -36,9 +37,16 @@ case "${1:-}" in
   stop)
     if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
       pid=$(cat "$pidfile")
+      # the containerd dockerd runs is its child: it goes with dockerd, waited for too
+      kids=$(pgrep -P "$pid" 2>/dev/null | tr '\n' ' ' || true)
       kill "$pid"
-      for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || { echo "stopped dockerd $pid"; exit 0; }; sleep 1; done
-      echo "error: dockerd $pid did not stop within 60s" >&2
+      for _ in $(seq 1 60); do
+        left=""
+        for p in $pid $kids; do kill -0 "$p" 2>/dev/null && left="$left $p"; done
+        if [ -z "$left" ]; then echo "stopped dockerd $pid${kids:+ and its children $kids}"; exit 0; fi
+        sleep 1
+      done
+      echo "error: dockerd $pid (or its children:$left) did not stop within 60s" >&2
       exit 1
     fi
     echo "no dockerd started by this script is running"
