@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '0a5dbbc5'
+FINGERPRINT = '39c83cef'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -35,10 +35,11 @@ EXAMPLES: dict[str, str] = {
   # Recover every stuck release of a shard, eight at a time
   {prog} recover -A -l sharding.fluxcd.io/key=shard1 --concurrency 8
 
-  # ... refusing while that shard's controller holds its Lease (serve --leader-election-id)
-  {prog} recover -A -l sharding.fluxcd.io/key=shard1 --lease-name $SHARD1_LEASE""",
+  # Leave what a running controller covers to it: its Lease is in flux-plunger-system
+  {prog} recover -A -l sharding.fluxcd.io/key=shard1 --lease-namespace flux-plunger-system""",
     "resume-owned": """\
-  # Lift the suspensions a crashed flux-plunger left, in every namespace
+  # Lift the suspensions a crashed flux-plunger left, in every namespace (those a running
+  # flux-plunger covers are its own, in flight: left to it, and the exit status is 1)
   {prog} resume-owned -A
 
   # Only show what would be lifted
