@@ -50,7 +50,8 @@ def test_helm_controller_installs_the_controller_chart(helm_controller, chart_se
     assert dep["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 90
     args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "serve" and "--shutdown-drain-timeout=65s" in args
-    assert get(cluster, "/apis/rbac.authorization.k8s.io/v1/clusterroles/flux-plunger")
+    # cluster-scoped: named after the release namespace too (unique per install)
+    assert get(cluster, f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{ns}-flux-plunger")
     assert get(cluster, f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles/"
                         "flux-plunger-leader-election")
     assert get(cluster, f"/api/v1/namespaces/{ns}/serviceaccounts/flux-plunger")
