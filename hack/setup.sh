@@ -22,7 +22,8 @@ if ! { .venv/bin/python -m pip install --quiet --upgrade pip &&
   exit 1
 fi
 rm -f "$log"
-# the krew archive's pinned wheels, installed once into krew/build (for build.py --check --offline)
+# the krew archive's build virtualenv (PyInstaller + the locked dependencies), made once and
+# cached under ~/.cache/kubectl-flux-plunger/binary (for build.py --check --offline)
 .venv/bin/python krew/build.py --fetch
 
 if ! command -v go >/dev/null 2>&1 && [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
