@@ -246,14 +246,38 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def bundle_entries(bundle: Path) -> list[tuple[str, Path]]:
+    """(archive name, real path) of everything under ``bundle``, links followed: krew unpacks
+    only regular files and directories, so a link inside the bundle (PyInstaller makes them
+    for macOS frameworks, e.g. ``Versions/Current``) is stored as a copy of its target."""
+    root = bundle.resolve()
+    out: list[tuple[str, Path]] = []
+    for dirpath, dirnames, filenames in os.walk(bundle, followlinks=True):
+        here = Path(dirpath)
+        real = here.resolve()
+        if real != root and root not in real.parents:
+            raise BinaryError(f"{here.relative_to(bundle)} links outside the bundle, to {real}")
+        if here != bundle:
+            parent = here.parent.resolve()
+            if real == parent or real in parent.parents:
+                raise BinaryError(f"{here.relative_to(bundle)} links back into its own parent")
+        for name in dirnames:
+            out.append(((here / name).relative_to(bundle).as_posix(), here / name))
+        for name in filenames:
+            path = here / name
+            target = path.resolve()
+            if root not in target.parents:
+                raise BinaryError(f"{path.relative_to(bundle)} links outside the bundle, "
+                                  f"to {target}")
+            out.append((path.relative_to(bundle).as_posix(), target))
+    return out
+
+
 def write_archive(bundle: Path, license_file: Path, out: Path, epoch: int) -> None:
     """A krew-readable tar.gz of the bundle + LICENSE: regular files and directories only
-    (a symlink inside the bundle, as PyInstaller makes for macOS frameworks, is stored as a
-    copy of its target), sorted, mtime = epoch, root-owned, 0755/0644, no gzip name/time."""
-    entries: list[tuple[str, Path]] = [("LICENSE", license_file)]
-    for p in bundle.rglob("*"):
-        entries.append((p.relative_to(bundle).as_posix(), p))
-    entries.sort()
+    (links stored as copies: :func:`bundle_entries`), sorted, mtime = epoch, root-owned,
+    0755/0644, gzip without name or time."""
+    entries = sorted([("LICENSE", license_file), *bundle_entries(bundle)])
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel, p in entries:
@@ -261,18 +285,13 @@ def write_archive(bundle: Path, license_file: Path, out: Path, epoch: int) -> No
                 raise BinaryError(f"krew would refuse the archive entry {rel!r}")
             info = tarfile.TarInfo(rel)
             info.mtime, info.uid, info.gid, info.uname, info.gname = epoch, 0, 0, "", ""
-            real = p.resolve() if p.is_symlink() else p
-            if p.is_symlink() and bundle.resolve() not in real.parents:
-                raise BinaryError(f"{rel} links outside the bundle, to {real}")
-            if real.is_dir():
-                if p.is_symlink():
-                    raise BinaryError(f"{rel} is a link to a directory; krew cannot unpack it")
+            if p.is_dir():
                 info.type, info.mode = tarfile.DIRTYPE, 0o755
                 tar.addfile(info)
-            elif real.is_file():
-                data = real.read_bytes()
+            elif p.is_file():
+                data = p.read_bytes()
                 info.size = len(data)
-                info.mode = 0o755 if os.access(real, os.X_OK) else 0o644
+                info.mode = 0o755 if os.access(p, os.X_OK) else 0o644
                 tar.addfile(info, io.BytesIO(data))
             else:
                 raise BinaryError(f"{rel} is neither a file nor a directory")

@@ -418,6 +418,8 @@ def _load_client_configuration(
             raise ConfigError(f'context "{m.group(1)}" does not exist') from None
         raise ConfigError(text) from None
     except FileNotFoundError as exc:
+        if exc.filename is None:  # e.g. no writable temporary directory for certificate data
+            raise ConfigError(" ".join(str(exc).split())) from None
         raise ConfigError(f"kubeconfig not found: {exc.filename}") from None
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         # malformed YAML / missing keys surface as these from the loader

@@ -178,9 +178,11 @@ def system_libraries(bundle: Path) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def image(archive, tmp_path_factory):
+def image(archive, plane, tmp_path_factory):
     """An image of the bundle at /opt/flux-plunger plus the system libraries it loads, and
-    nothing else (no shell, no Python), imported into the Docker engine DOCKER_HOST names."""
+    nothing else (no shell, no Python), imported into the Docker engine DOCKER_HOST names.
+    /kubeconfig in it is the test apiserver's, certificates embedded (a bind mount is not
+    used: the engine may not see this process's temporary directories)."""
     assert shutil.which("docker"), "no docker client: run KIND_ENGINE=start ./hack/test.sh"
     assert docker("info", check=False, timeout=30).returncode == 0, (
         "no Docker engine answers (DOCKER_HOST): eval \"$(hack/kind/engine.sh env)\"")
@@ -197,6 +199,8 @@ def image(archive, tmp_path_factory):
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(os.path.realpath(lib), dest)
         dest.chmod(0o755)
+    (rootfs / "kubeconfig").write_bytes(plane.self_contained_kubeconfig())
+    (rootfs / "kubeconfig").chmod(0o644)
     files = [p.relative_to(rootfs).as_posix() for p in rootfs.rglob("*") if p.is_file()]
     assert not [f for f in files if Path(f).name.startswith("python") or f.endswith("/sh")]
     tarball = tmp / "rootfs.tar"
@@ -208,16 +212,14 @@ def image(archive, tmp_path_factory):
     docker("rmi", "-f", tag, check=False)
 
 
-def test_status_in_a_container_without_python(image, plane, cluster, tmp_path):
+def test_status_in_a_container_without_python(image, plane, cluster):
     ns = cluster.namespace("img")
     cluster.create_hr(ns, "demo")
     cluster.storage(ns, "demo", [(1, "superseded"), (2, "uninstalling")])
     cluster.make_stuck(ns, "demo")
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_bytes(plane.self_contained_kubeconfig())
-    kubeconfig.chmod(0o644)
-    base = ["run", "--rm", "--read-only", "--network", "host", "--user", "65532:65532",
-            "-v", f"{kubeconfig}:/kubeconfig:ro"]
+    # a writable /tmp, as a pod's emptyDir: the client writes embedded certificates there
+    base = ["run", "--rm", "--read-only", "--tmpfs", "/tmp", "--network", "host",
+            "--user", "65532:65532"]
     which = docker("run", "--rm", image, "/usr/bin/python3", "-V", check=False)
     assert which.returncode != 0  # there is no python3 to run
     proc = docker(*base, image, "/opt/flux-plunger/kubectl-flux_plunger", "status", "-n", ns,

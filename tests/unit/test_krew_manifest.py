@@ -134,13 +134,16 @@ def test_shipped_scripts_are_executable_posix_sh(script):
     assert proc.returncode == 0, proc.stderr
 
 
-def test_archive_writer_stores_links_as_files_and_refuses_what_krew_cannot_unpack(tmp_path):
+def test_archive_writer_stores_links_as_copies_and_refuses_what_krew_cannot_unpack(tmp_path):
     bundle = tmp_path / "bundle"
     (bundle / "_internal").mkdir(parents=True)
     (bundle / "kubectl-flux_plunger").write_bytes(b"\x7fELF")
     (bundle / "kubectl-flux_plunger").chmod(0o755)
     (bundle / "_internal" / "Python.real").write_bytes(b"lib")
     (bundle / "_internal" / "Python").symlink_to("Python.real")
+    (bundle / "_internal" / "Versions" / "3.11").mkdir(parents=True)
+    (bundle / "_internal" / "Versions" / "3.11" / "lib").write_bytes(b"fw")
+    (bundle / "_internal" / "Versions" / "Current").symlink_to("3.11")
     lic = tmp_path / "LICENSE"
     lic.write_text("licence\n")
     out = tmp_path / "a.tar.gz"
@@ -148,8 +151,10 @@ def test_archive_writer_stores_links_as_files_and_refuses_what_krew_cannot_unpac
     with tarfile.open(out) as tar:
         members = {m.name: m for m in tar.getmembers()}
         assert tar.extractfile("_internal/Python").read() == b"lib"
+        assert tar.extractfile("_internal/Versions/Current/lib").read() == b"fw"
     assert list(members) == sorted(members)
     assert members["_internal/Python"].isfile() and members["kubectl-flux_plunger"].mode == 0o755
+    assert members["_internal/Versions/Current"].isdir()
     assert members["LICENSE"].mode == 0o644
     with open(out, "rb") as fh:
         head = fh.read(10)
@@ -160,6 +165,10 @@ def test_archive_writer_stores_links_as_files_and_refuses_what_krew_cannot_unpac
     (bundle / "_internal" / "bad..name").unlink()
     (bundle / "_internal" / "out").symlink_to(tmp_path / "LICENSE")
     with pytest.raises(binary.BinaryError, match="links outside the bundle"):
+        binary.write_archive(bundle, lic, out, 315532800)
+    (bundle / "_internal" / "out").unlink()
+    (bundle / "_internal" / "Versions" / "loop").symlink_to("..")
+    with pytest.raises(binary.BinaryError, match="links back into its own parent"):
         binary.write_archive(bundle, lic, out, 315532800)
 
 
