@@ -171,8 +171,9 @@ def _run(argv: list[str], what: str, env: dict[str, str] | None = None,
     return proc.stdout
 
 
-def spec(stage: Path, strip: bool) -> str:
-    """The PyInstaller spec: one-directory, console, no UPX, the package's every module."""
+def spec(stage: Path, strip: bool, onefile: bool = False) -> str:
+    """The PyInstaller spec: one-directory, console, no UPX, the package's every module
+    (``onefile``: the same as one self-unpacking executable; bench/startup_bench.py only)."""
     datas = []
     for pattern in FINGERPRINTED:
         for path in sorted((stage / PACKAGE).glob(pattern)):
@@ -191,20 +192,25 @@ a = Analysis(
 )
 a.scripts = [s for s in a.scripts if s[0] not in {list(DROP_RUNTIME_HOOKS)!r}]
 pyz = PYZ(a.pure)
-exe = EXE(pyz, a.scripts, [], exclude_binaries=True, name={BIN!r}, console=True,
+""" + (f"""exe = EXE(pyz, a.scripts, a.binaries, a.datas, [], name={BIN!r}, console=True,
+          debug=False, strip={strip!r}, upx=False)
+""" if onefile else f"""exe = EXE(pyz, a.scripts, [], exclude_binaries=True, name={BIN!r}, console=True,
           debug=False, strip={strip!r}, upx=False)
 coll = COLLECT(exe, a.binaries, a.datas, strip={strip!r}, upx=False, name={BIN!r})
-"""
+""")
 
 
-def freeze(tree: Path, python: Path, work: Path, epoch: int, cache: Path) -> Path:
-    """PyInstaller over a staging copy of ``tree`` at a fixed path; returns the bundle dir."""
+def freeze(tree: Path, python: Path, work: Path, epoch: int, cache: Path,
+           onefile: bool = False) -> Path:
+    """PyInstaller over a staging copy of ``tree`` at a fixed path; returns the bundle dir
+    (``onefile``: the one executable)."""
     stage = Path(tempfile.gettempdir()) / STAGE
     with _locked(cache / "freeze.lock"):
-        return _freeze(tree, python, work, epoch, cache, stage)
+        return _freeze(tree, python, work, epoch, cache, stage, onefile)
 
 
-def _freeze(tree: Path, python: Path, work: Path, epoch: int, cache: Path, stage: Path) -> Path:
+def _freeze(tree: Path, python: Path, work: Path, epoch: int, cache: Path, stage: Path,
+            onefile: bool) -> Path:
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir()
@@ -213,7 +219,7 @@ def _freeze(tree: Path, python: Path, work: Path, epoch: int, cache: Path, stage
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         shutil.copyfile(ENTRY, stage / ENTRY.name)
         strip = sys.platform.startswith("linux")  # symbols: ~25 MiB of libpython and the .so
-        (stage / "flux-plunger.spec").write_text(spec(stage, strip))
+        (stage / "flux-plunger.spec").write_text(spec(stage, strip, onefile))
         env = {**os.environ, "PYTHONHASHSEED": "0", "SOURCE_DATE_EPOCH": str(epoch),
                "PYINSTALLER_CONFIG_DIR": str(cache / "pyinstaller-config")}
         for var in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
@@ -223,8 +229,8 @@ def _freeze(tree: Path, python: Path, work: Path, epoch: int, cache: Path, stage
               str(stage / "flux-plunger.spec")], "PyInstaller", env=env, cwd=stage)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    bundle = work / "dist" / BIN
-    if not bundle.is_dir():
+    bundle = work / "dist" / (bin_name(host_platform()) if onefile else BIN)
+    if not bundle.exists():
         raise BinaryError(f"PyInstaller made no {bundle}")
     return bundle
 

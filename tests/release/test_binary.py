@@ -111,6 +111,14 @@ def test_archive_is_the_frozen_bundle_with_no_interpreter_executable(archive):
     assert archive.stat().st_size <= 30 * 2**20  # the issue's goal: <= 30 MiB compressed
 
 
+def test_the_runners_smoke_test_passes_here(archive):
+    """hack/smoke-binary.sh, what release.yml runs on every platform's runner."""
+    proc = subprocess.run(["bash", str(ROOT / "hack" / "smoke-binary.sh"), str(archive), X_Y_Z],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [line.split(":")[0] for line in proc.stdout.splitlines()] == ["ok"] * 4
+
+
 def test_krew_links_the_binary(installed):
     link = installed / "bin" / "kubectl-flux_plunger"
     target = Path(os.path.realpath(link))
@@ -189,7 +197,8 @@ def image(archive, plane, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("image")
     rootfs = tmp / "rootfs"
     (rootfs / "opt" / "flux-plunger").mkdir(parents=True)
-    (rootfs / "tmp").mkdir(mode=0o1777)
+    (rootfs / "tmp").mkdir()
+    (rootfs / "tmp").chmod(0o1777)  # as a distribution's /tmp (the engine's tmpfs copies it)
     with tarfile.open(archive) as tar:
         tar.extractall(rootfs / "opt" / "flux-plunger", filter="tar")
     libs = system_libraries(rootfs / "opt" / "flux-plunger")
@@ -326,22 +335,43 @@ def test_bad_input_gives_the_wheels_one_line_errors(installed, nopy, wheel_argv,
 
 
 def interrupted(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    """Run ``status --watch``, wait for its first table, send SIGINT (what Ctrl-C does)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)
-    assert proc.stdout is not None
+    """Run ``status --watch`` on a terminal (a pty: output is line-buffered, as for a person),
+    wait until its table's header is shown, then send SIGINT, which is what Ctrl-C does."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, env=env)
+    os.close(slave)
+    seen = b""
     deadline = time.monotonic() + 60
-    line = proc.stdout.readline()  # the header: the watch is running
-    assert line.startswith("NAME"), line
-    assert time.monotonic() < deadline
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    return subprocess.CompletedProcess(argv, proc.returncode, line + out, err)
+    try:
+        while b"NAME" not in seen:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no table within 60s: {seen!r}"
+            ready, _, _ = select.select([master], [], [], left)
+            if ready:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # the child closed the terminal: it exited
+                    chunk = b""
+                assert chunk, f"the watch ended before its table: {seen!r}"
+                seen += chunk
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    return subprocess.CompletedProcess(argv, proc.returncode, seen.decode(errors="replace"), err)
 
 
 def test_ctrl_c_exits_130_like_the_wheel(installed, nopy, wheel_argv, plane, cluster, tmp_path):
     ns = cluster.namespace("intr")
-    cluster.create_hr(ns, "demo")
+    cluster.create_hr(ns, "demo")  # stuck: the watch shows a table (an idle one says so on stderr)
+    cluster.storage(ns, "demo", [(1, "superseded"), (2, "uninstalling")])
+    cluster.make_stuck(ns, "demo")
     env = env_of(installed, nopy, tmp_path, KUBECONFIG=str(plane.kubeconfig))
     args = ["status", "-n", ns, "--watch"]
     frozen = interrupted([KUBECTL, "flux-plunger", *args], env)
