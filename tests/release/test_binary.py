@@ -160,6 +160,48 @@ def test_status_and_recover_run_with_no_python_on_path(installed, nopy, plane, c
                                                f"Server Version: {server}"]
 
 
+def test_an_exec_credential_plugin_gets_the_users_environment(installed, nopy, plane, tmp_path):
+    """A kubeconfig whose user is an exec credential plugin (as for EKS, GKE, AKS): it runs
+    with the LD_LIBRARY_PATH the user had, not the bundle's, and none of PyInstaller's own
+    variables; the credentials it hands back (the test apiserver's admin certificate) work."""
+    import base64
+    import json
+
+    import yaml
+
+    f = plane.files
+    seen = tmp_path / "plugin.env"
+    plugin = tmp_path / "credential-plugin"
+    cred = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+            "status": {"clientCertificateData": Path(f["admin_cert"]).read_text(),
+                       "clientKeyData": Path(f["admin_key"]).read_text()}}
+    plugin.write_text(f"#!/bin/sh\n/usr/bin/env > {seen}\ncat <<'EOF'\n{json.dumps(cred)}\nEOF\n")
+    plugin.chmod(0o755)
+    kubeconfig = tmp_path / "exec.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "t",
+        "clusters": [{"name": "t", "cluster": {
+            "server": plane.server,
+            "certificate-authority-data": base64.b64encode(
+                Path(f["serving_ca"]).read_bytes()).decode()}}],
+        "users": [{"name": "u", "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1", "command": str(plugin),
+            "interactiveMode": "Never"}}}],
+        "contexts": [{"name": "t", "context": {"cluster": "t", "user": "u"}}]}))
+    for before in (None, "/opt/users-own-lib"):
+        extra = {"KUBECONFIG": str(kubeconfig)}
+        if before:
+            extra["LD_LIBRARY_PATH"] = before
+        env = env_of(installed, nopy, tmp_path, **extra)
+        proc = subprocess.run([KUBECTL, "flux-plunger", "version"], capture_output=True,
+                              text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.splitlines()[1].startswith("Server Version: v"), proc.stdout
+        child = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
+        assert child.get("LD_LIBRARY_PATH") == before, child.get("LD_LIBRARY_PATH")
+        assert not [k for k in child if k.startswith("_PYI") or k.endswith("_ORIG")], child
+
+
 # -- in a container image without Python -------------------------------------------------
 
 def docker(*args: str, check: bool = True, timeout: float = 300,
