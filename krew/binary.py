@@ -65,13 +65,16 @@ HIDDEN = ("kubernetes.client.configuration", "kubernetes.client.rest", "kubernet
 # never imported by the plugin, but reachable in the import graph (PyInstaller's own
 # dependency, the REPL, Tk): leaving them out saves ~4 MiB
 EXCLUDES = ("setuptools", "pkg_resources", "_distutils_hack", "tkinter", "readline", "pip")
-# PyInstaller's runtime hooks that run on every start for modules that are merely reachable:
-# multiprocessing's (imports multiprocessing + spawn, ~20 ms; only for child processes that
-# multiprocessing starts by re-running the executable, which the plugin never does: the
-# client's ThreadPool is the only use, and threads need no hook) and inspect's (imports
-# inspect and lists base_library.zip, ~6 ms; only fixes inspect.getsourcefile for frozen
-# code, which nothing here calls)
-DROP_RUNTIME_HOOKS = ("pyi_rth_multiprocessing", "pyi_rth_inspect")
+# PyInstaller's runtime hooks that run on every start for modules that are merely reachable,
+# each for a feature the plugin never uses:
+# * multiprocessing's: imports multiprocessing + spawn (~20 ms), only for the child processes
+#   multiprocessing starts by re-running the executable (the client's ThreadPool is the only
+#   use here, and threads need no hook);
+# * inspect's: imports inspect and lists base_library.zip (~6 ms), only so that
+#   inspect.getsourcefile works for frozen code, which nothing here calls;
+# * pkgutil's: imports pkgutil and with it typing, re and enum (~15 ms), only so that
+#   pkgutil.iter_modules sees the frozen modules, and nothing here calls pkgutil.
+DROP_RUNTIME_HOOKS = ("pyi_rth_multiprocessing", "pyi_rth_inspect", "pyi_rth_pkgutil")
 STAGE = "flux-plunger-freeze"  # the fixed directory name the tree is frozen from
 KEEP_ARCHIVES = 4               # cached archives kept (newest first)
 
