@@ -8,7 +8,7 @@ dependencies into one directory per platform, packed as that platform's krew arc
                                      the CLI sources entry.fingerprint reads (data files)
         LICENSE
 
-One-directory mode, not one-file: a one-file build unpacks ~50 MiB into a temporary directory on
+One-directory mode, not one-file: a one-file build unpacks ~26 MiB into a temporary directory on
 every run (docs/BENCHMARKS.md has the start-up figures of both).  The executable finds
 ``_internal`` next to its real path, so krew's symlink to it, Flux's plugin link and the
 completion link all work.
