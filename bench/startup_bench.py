@@ -1,6 +1,6 @@
 """Benchmark: the CPU cost of starting the plugin through kubectl (issue #13, item 4).
 
-    .venv/bin/python bench/startup_bench.py [--runs 40] [--modes pip,krew]
+    .venv/bin/python bench/startup_bench.py [--runs 40] [--modes floor,pip,binary,onefile]
 
 Runs, alternating so a change in machine load hits every variant alike:
 
@@ -13,8 +13,12 @@ Runs, alternating so a change in machine load hits every variant alike:
         and the dependencies (a ``.pth`` to this venv's site-packages);
       - ``floor``: a plugin that is pip's console-script template importing nothing of
         ours — what the interpreter alone costs, the bound no Python plugin goes below;
-      - ``krew``: as the krew archive lays it out (the launcher ``krew/kubectl-flux_plunger``,
-        the package beside it, ``lib/`` with the dependencies; python runs with ``-I -S``).
+      - ``binary``: the krew archive (the self-contained PyInstaller build, one directory)
+        as krew installs it: unpacked into a store, linked from a bin directory; the archive
+        is ``--archive`` or a fresh ``krew/build.py`` of the first ``--root``;
+      - ``onefile``: the same tree frozen in PyInstaller's one-file mode (krew/binary.py with
+        ``onefile=True``), which unpacks itself into a temporary directory on every run —
+        what the choice of one-directory mode rests on.
 
 Each run's CPU is the child's user+system time from ``wait4`` (kubectl execs the plugin, so
 the plugin's CPU — and any helper process it waits for — is counted in the same child).
@@ -106,33 +110,60 @@ def floor_layout(base: Path, root: Path) -> Path:
     return bindir
 
 
-def krew_layout(base: Path, root: Path) -> Path:
-    """The krew archive's layout (symlinks into the tree and this venv's site-packages)."""
-    store = base / f"krew-store-{root.name}"
-    store.mkdir()
-    shutil.copy2(root / "krew" / "kubectl-flux_plunger", store / "kubectl-flux_plunger")
-    (store / "kubectl_flux_plunger").symlink_to(root / "kubectl_flux_plunger")
-    (store / "lib").symlink_to(sysconfig.get_paths()["purelib"])
-    bindir = base / f"krew-bin-{root.name}"
+ARCHIVE: Path | None = None
+
+
+def binary_layout(base: Path, root: Path) -> Path:
+    """The binary archive unpacked as krew's store holds it, linked from a bin directory."""
+    import tarfile
+
+    archive = ARCHIVE
+    if archive is None:
+        out = base / f"archive-{root.name}"
+        subprocess.run([sys.executable, str(root / "krew" / "build.py"), "--out-dir", str(out),
+                        "--manifest", str(out / "flux-plunger.yaml")], check=True)
+        archive = next(out.glob("kubectl-flux_plunger-v*-*-*.tar.gz"))
+    store = base / f"binary-store-{root.name}"
+    with tarfile.open(archive) as tar:
+        tar.extractall(store, filter="tar")
+    bindir = base / f"binary-bin-{root.name}"
     bindir.mkdir()
     (bindir / "kubectl-flux_plunger").symlink_to(store / "kubectl-flux_plunger")
+    return bindir
+
+
+def onefile_layout(base: Path, root: Path) -> Path:
+    """The tree frozen in one-file mode with the same spec, in a bin directory."""
+    sys.path.insert(0, str(root / "krew"))
+    import binary
+
+    cache = binary.cache_dir()
+    python = binary.build_venv(root, cache, offline=False)
+    exe = binary.freeze(root, python, base / f"onefile-work-{root.name}", 315532800, cache,
+                        onefile=True)
+    bindir = base / f"onefile-bin-{root.name}"
+    bindir.mkdir()
+    (bindir / "kubectl-flux_plunger").symlink_to(exe)
     return bindir
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=40)
-    ap.add_argument("--modes", default="floor,pip,krew")
+    ap.add_argument("--modes", default="floor,pip,binary,onefile")
+    ap.add_argument("--archive", type=Path, help="the binary archive (default: build one)")
     ap.add_argument("--root", type=Path, action="append", default=None,
                     help="source tree(s) to install the plugin from (repeat to compare "
                          "before/after in one run); default: this tree")
     a = ap.parse_args()
+    global ARCHIVE
+    ARCHIVE = a.archive
 
     base = Path(tempfile.mkdtemp(prefix="startup-bench-"))
     try:
-        layouts = {"pip": pip_layout, "krew": krew_layout, "floor": floor_layout}
+        layouts = {"pip": pip_layout, "binary": binary_layout, "onefile": onefile_layout,
+                   "floor": floor_layout}
         env0 = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        # the python krew's launcher finds first must be this venv's interpreter
         pydir = str(Path(sys.executable).parent)
         cases: list[tuple[str, list[str], dict[str, str]]] = [
             ("kubectl version --client", [KUBECTL, "version", "--client"], env0)]

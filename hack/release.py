@@ -10,8 +10,10 @@ What lands in --out (default dist/), for version vX.Y.Z:
 
     kubectl_flux_plunger-X.Y.Z-py3-none-any.whl   python -m build --no-isolation; twine check
     kubectl_flux_plunger-X.Y.Z.tar.gz             the sdist (repacked: see below)
-    kubectl-flux_plunger-vX.Y.Z.tar.gz            the krew archive (krew/build.py)
-    flux-plunger.yaml                             its krew manifest (uri + sha256 for vX.Y.Z)
+    kubectl-flux_plunger-vX.Y.Z-OS-ARCH.tar.gz    this platform's krew archive: the binary
+                                                  (krew/build.py; hack/release_binary.py)
+    flux-plunger.yaml                             the krew manifest (five platforms; release.yml
+                                                  rewrites it from every archive's checksum)
     kubectl-flux-plunger-vX.Y.Z.oci.tar           the controller image, an OCI image layout
                                                   (tar): an index of linux/amd64 + linux/arm64
     flux-plunger-X.Y.Z.tgz                        the chart (helm package), image pinned by digest
@@ -25,7 +27,8 @@ bytes; tests/release/test_release_build.py checks it.  Where a tool does not man
 its own the file is normalised here: the sdist (setuptools writes the build time into the
 gzip header and files it generates) is repacked with sorted entries, uid/gid 0 and mtimes
 clamped to SOURCE_DATE_EPOCH.  The krew archive keeps krew/build.py's fixed epoch (1980) so
-dist/flux-plunger.yaml is byte for byte the committed krew/flux-plunger.yaml (checked).
+that, built on this project's machine, dist/flux-plunger.yaml is byte for byte the committed
+krew/flux-plunger.yaml (elsewhere all but the sha256 must agree: hack/release_binary.py).
 
 The image is assembled here, without a container engine, from deterministic tar layers: the
 base image's layers as they are (``--base-image``: an OCI image layout, e.g. ``crane pull
@@ -62,6 +65,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "hack"))
 
 PACKAGE = "kubectl_flux_plunger"
 DIST_NAME = "kubectl_flux_plunger"
@@ -69,7 +73,6 @@ CHART = "controller/chart/flux-plunger"
 DEFAULT_REPO = "cozystack/kubectl-flux-plunger"
 DEFAULT_IMAGE = "ghcr.io/cozystack/kubectl-flux-plunger"
 DEFAULT_PLATFORMS = "linux/amd64,linux/arm64"
-KREW_EPOCH = 315532800  # krew/build.py's DEFAULT_EPOCH: the committed manifest is built with it
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
@@ -267,18 +270,13 @@ def wheel_version(wheel: Path) -> str:
 # -- krew -----------------------------------------------------------------------------------
 
 def build_krew(tree: Path, out: Path, repo: str, offline: bool,
-               cache: Path) -> tuple[Path, Path]:
-    manifest = out / "flux-plunger.yaml"
-    run([sys.executable, str(tree / "krew" / "build.py"), "--out-dir", str(out),
-         "--manifest", str(manifest), "--wheels", str(cache / "wheels"),
-         "--cache", str(cache), "--repo", repo,
-         *(["--offline"] if offline else [])],
-        env={"SOURCE_DATE_EPOCH": str(KREW_EPOCH)}, what="krew/build.py")
-    if manifest.read_text() != (tree / "krew" / "flux-plunger.yaml").read_text():
-        raise ReleaseError("krew/flux-plunger.yaml committed in this commit is not the manifest "
-                           "of its archive; refresh it with: python3 krew/build.py")
-    archive = next(out.glob("kubectl-flux_plunger-v*.tar.gz"))
-    return archive, manifest
+               fresh: bool = False) -> tuple[Path, Path]:
+    import release_binary
+
+    try:
+        return release_binary.build_krew_binary(tree, out, repo, offline, fresh)
+    except release_binary.BinaryReleaseError as exc:
+        raise ReleaseError(str(exc)) from None
 
 
 # -- the image ------------------------------------------------------------------------------
@@ -631,8 +629,7 @@ def release(args: argparse.Namespace) -> Path:
         check_versions(version, {"the wheel's metadata": wheel_version(wheel),
                                  "version --client": client_version(wheel)})
         log(f"{wheel.name}, {sdist.name}: twine check passed")
-        archive, manifest = build_krew(tree, out, args.repo, args.offline,
-                                       ROOT / "krew" / "build")
+        archive, manifest = build_krew(tree, out, args.repo, args.offline, args.fresh_binary)
         log(f"{archive.name} + {manifest.name}")
         oci, digest, plats = build_image(
             tree, wheel, args.base_image.resolve(), out, version=version, sha=sha, epoch=epoch,
@@ -665,6 +662,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repo", default=DEFAULT_REPO, help="GitHub owner/name (URLs, labels)")
     ap.add_argument("--helm", help="the helm binary (default: built by testplane.binaries)")
     ap.add_argument("--offline", action="store_true", help="use cached wheels only")
+    ap.add_argument("--fresh-binary", action="store_true",
+                    help="freeze the binary again even if an archive of the same inputs is "
+                         "cached (krew/build.py --fresh)")
     ap.add_argument("--worktree", action="store_true",
                     help="build the work tree's files as they are (tests of uncommitted "
                          "changes; the revision label gets -dirty), not the commit")

@@ -53,7 +53,8 @@ if [ "$demo" = 1 ]; then
   exec .venv/bin/python -m testplane.binaries kube-apiserver etcd crds helm-controller
 fi
 
-# the krew archive's pinned wheels, installed once into krew/build (for build.py --check --offline)
+# the krew archive's build virtualenv (PyInstaller + the locked dependencies), made once and
+# cached under ~/.cache/kubectl-flux-plunger/binary (for build.py --check --offline)
 .venv/bin/python krew/build.py --fetch
 # kube-apiserver, etcd, CRDs, helm-controller, krew (each built once, then cached)
 .venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm notification-controller notification-crds registry crane actionlint}

@@ -57,7 +57,9 @@ CORE_FLOOR=100
 
 ./hack/setup.sh
 ./hack/lint.sh
-# the committed krew manifest must carry the sha256 of the archive this tree builds
+# the committed krew manifest must carry the sha256 of the linux/amd64 binary archive this
+# tree builds (a freeze, ~1 min; an unchanged tree's archive is reused from the cache, and the
+# krew and release tests below reuse this one)
 .venv/bin/python krew/build.py --check --offline
 # the CLI on the lowest click pyproject.toml allows (the venv has the newest pip resolves)
 click_lowest=$(sed -n 's/^ *"click>=\([0-9.]*\),.*/\1/p' pyproject.toml)

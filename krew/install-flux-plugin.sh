@@ -3,7 +3,7 @@
 #
 # flux looks for executables named flux-<name> in $FLUXCD_PLUGINS, else in
 # ~/.fluxcd/plugins/ (it does not search PATH).  This links the installed flux-plunger
-# there: the one pip/pipx installed (`flux-plunger` on PATH), else the krew launcher
+# there: the one pip/pipx installed (`flux-plunger` on PATH), else the krew binary
 # (`kubectl-flux_plunger` on PATH; invoked through a link named flux-plunger it behaves as
 # `flux plunger`).  An explicit path may be given as the only argument.
 #

@@ -16,7 +16,9 @@ library's ``os``/``sys``/``zlib``:
 * ``--version`` and ``version --client`` (text output), captured the same way.
 
 Everything else — other widths, completion requests, any other argument — goes to the click
-CLI (:func:`kubectl_flux_plunger.cli.main`) unchanged.
+CLI (:func:`kubectl_flux_plunger.cli.main`) unchanged.  Called through a link named
+``kubectl_complete-flux_plunger`` (kubectl's completion helper), the arguments are completed:
+``__complete`` is put before them.
 """
 
 from __future__ import annotations
@@ -91,8 +93,18 @@ def fast_answer(args: list[str]) -> str | None:
     return text
 
 
+def completion_link(argv0: str | None = None) -> bool:
+    """Called as ``kubectl_complete-flux_plunger`` (a link to the executable, what kubectl
+    runs to complete ``kubectl flux-plunger …``): the arguments are words to complete."""
+    base = os.path.basename(sys.argv[0] if argv0 is None else argv0 or "")
+    return base.startswith("kubectl_complete-")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    if argv is None and completion_link():
+        args = ["__complete", *args]
+        argv = args
     text = fast_answer(args)
     if text is None:
         from .cli import main as cli_main

@@ -276,8 +276,15 @@ def _client_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
                 not attr.startswith("__") or attr in ("__version__", "__all__")
             ):
                 state["loaded"] = True
-                with open(origin) as fh:
-                    exec(compile(fh.read(), origin, "exec"), mod.__dict__)
+                # the loader's code object, not the source file: a frozen build (PyInstaller)
+                # ships none, and a source loader reuses its cached bytecode
+                get_code = getattr(spec.loader, "get_code", None)
+                if get_code is not None:
+                    code = get_code(name)
+                else:
+                    with open(origin) as fh:
+                        code = compile(fh.read(), origin, "exec")
+                exec(code, mod.__dict__)
                 if attr in mod.__dict__:
                     return mod.__dict__[attr]
             raise AttributeError(f"module {name!r} has no attribute {attr!r}")
@@ -411,6 +418,8 @@ def _load_client_configuration(
             raise ConfigError(f'context "{m.group(1)}" does not exist') from None
         raise ConfigError(text) from None
     except FileNotFoundError as exc:
+        if exc.filename is None:  # e.g. no writable temporary directory for certificate data
+            raise ConfigError(" ".join(str(exc).split())) from None
         raise ConfigError(f"kubeconfig not found: {exc.filename}") from None
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         # malformed YAML / missing keys surface as these from the loader

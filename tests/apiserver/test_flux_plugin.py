@@ -140,8 +140,8 @@ def test_defaults_to_the_home_plugin_directory(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def krew_launcher(tmp_path_factory) -> Path:
-    """The krew archive built from this tree, extracted (as krew's store holds it)."""
+def krew_binary(tmp_path_factory) -> Path:
+    """The krew archive (the binary) built from this tree, extracted as krew's store holds it."""
     import tarfile
     out = tmp_path_factory.mktemp("krew-build")
     proc = subprocess.run([sys.executable, str(ROOT / "krew" / "build.py"), "--out-dir", str(out),
@@ -154,10 +154,10 @@ def krew_launcher(tmp_path_factory) -> Path:
     return store / "kubectl-flux_plunger"
 
 
-def test_links_the_krew_launcher_when_no_flux_plunger_is_installed(krew_launcher, tmp_path):
+def test_links_the_krew_binary_when_no_flux_plunger_is_installed(krew_binary, tmp_path):
     bin_dir = tmp_path / "krew-bin"
     bin_dir.mkdir()
-    (bin_dir / "kubectl-flux_plunger").symlink_to(krew_launcher)
+    (bin_dir / "kubectl-flux_plunger").symlink_to(krew_binary)
     plugins = tmp_path / "plugins"
     env = {"PATH": f"{bin_dir}:{SYSTEM_PATH}", "HOME": str(tmp_path), "FLUXCD_PLUGINS": str(plugins)}
     proc = install(env)

@@ -5,8 +5,9 @@
   `flux-plunger` executables whose `version --client` is the release's version, and whose
   code is the wheel's (not the work tree's editable install);
 * `kubectl krew install --manifest=dist/flux-plunger.yaml --archive=dist/kubectl-flux_plunger-
-  vX.Y.Z.tar.gz` with the real krew (v0.4.3, from its Go module) gives a `kubectl
-  flux-plunger` that answers `version --client` through the real kubectl.
+  vX.Y.Z-linux-amd64.tar.gz` (the self-contained binary) with the real krew (v0.4.3, from its
+  Go module) gives a `kubectl flux-plunger` that answers `version --client` through the real
+  kubectl.
 
 Every process gets HOME, PIPX_* and KREW_ROOT under its tmp dir."""
 from __future__ import annotations
@@ -67,7 +68,7 @@ def test_krew_install_from_the_built_manifest_and_archive(dist, tmp_path):
            "KREW_NO_UPGRADE_CHECK": "1",
            "PATH": f"{root / 'bin'}:{krew_bin}:{os.environ['PATH']}"}
     env.pop("KUBECONFIG", None)
-    archive = dist / f"kubectl-flux_plunger-{VERSION}.tar.gz"
+    archive = dist / f"kubectl-flux_plunger-{VERSION}-linux-amd64.tar.gz"
     proc = subprocess.run([KUBECTL, "krew", "install", f"--manifest={dist / 'flux-plunger.yaml'}",
                            f"--archive={archive}"], capture_output=True, text=True, env=env,
                           timeout=300)

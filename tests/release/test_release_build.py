@@ -4,7 +4,9 @@
   tar), the chart, image-digest.txt and SHA256SUMS, and `sha256sum --check` accepts it;
 * a second build of the same commit gives byte-identical files (every one);
 * `twine check --strict` passes on the wheel and the sdist;
-* the krew manifest is the committed one, its uri and sha256 naming the tag's archive;
+* the krew archive is this machine's self-contained binary (linux/amd64); the krew manifest is
+  the committed one, with five platforms, its linux/amd64 uri and sha256 naming that archive;
+* two freezes of one commit give the same archive (the second forced with --fresh-binary);
 * the image: an index of linux/amd64 and linux/arm64 (the stand-in base's platforms), each
   with the base's layers, one layer of ours holding the launcher, the package and the locked
   wheels of that platform (arm64's compiled modules are aarch64 code), and a config with the
@@ -33,7 +35,7 @@ X_Y_Z = VERSION.lstrip("v")
 EXPECTED = {
     f"kubectl_flux_plunger-{X_Y_Z}-py3-none-any.whl",
     f"kubectl_flux_plunger-{X_Y_Z}.tar.gz",
-    f"kubectl-flux_plunger-{VERSION}.tar.gz",
+    f"kubectl-flux_plunger-{VERSION}-linux-amd64.tar.gz",
     "flux-plunger.yaml",
     f"kubectl-flux-plunger-{VERSION}.oci.tar",
     f"flux-plunger-{X_Y_Z}.tgz",
@@ -59,8 +61,9 @@ def test_dist_holds_every_artifact_and_sha256sums_verifies_them(dist):
 
 
 def test_two_builds_of_one_commit_are_byte_identical(dist, base_image, tmp_path):
+    """The second build freezes the binary again (not the cached archive of the first)."""
     again = tmp_path / "dist"
-    proc = release(again, base_image)
+    proc = release(again, base_image, "--fresh-binary")
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in again.iterdir()) == sorted(p.name for p in dist.iterdir())
     differ = [p.name for p in dist.iterdir() if p.read_bytes() != (again / p.name).read_bytes()]
@@ -83,11 +86,15 @@ def test_krew_manifest_is_the_committed_one_naming_the_tag_archive(dist):
     assert manifest.read_text() == committed
     doc = yaml.safe_load(manifest.read_text())
     assert doc["spec"]["version"] == VERSION
-    archive = dist / f"kubectl-flux_plunger-{VERSION}.tar.gz"
-    for p in doc["spec"]["platforms"]:
-        assert p["sha256"] == sha256(archive)
-        assert p["uri"] == ("https://github.com/cozystack/kubectl-flux-plunger/releases/download/"
+    archive = dist / f"kubectl-flux_plunger-{VERSION}-linux-amd64.tar.gz"
+    platforms = {(p["selector"]["matchLabels"]["os"], p["selector"]["matchLabels"]["arch"]): p
+                 for p in doc["spec"]["platforms"]}
+    assert len(platforms) == 5
+    amd64 = platforms[("linux", "amd64")]
+    assert amd64["sha256"] == sha256(archive)
+    assert amd64["uri"] == ("https://github.com/cozystack/kubectl-flux-plunger/releases/download/"
                             f"{VERSION}/{archive.name}")
+    assert platforms[("windows", "amd64")]["bin"] == "kubectl-flux_plunger.exe"
 
 
 class Layout:

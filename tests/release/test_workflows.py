@@ -60,3 +60,24 @@ def test_release_pulls_the_base_the_containerfile_pins():
     assert pinned
     release = yaml.safe_load((WORKFLOWS / "release.yml").read_text())
     assert release["env"]["BASE_IMAGE"] == f"docker.io/library/python@{pinned.group(1)}"
+
+
+def test_release_builds_and_smoke_tests_every_platform_on_its_own_runner():
+    release = yaml.safe_load((WORKFLOWS / "release.yml").read_text())
+    jobs = release["jobs"]
+    matrix = {m["platform"]: m["runner"] for m in jobs["binaries"]["strategy"]["matrix"]["include"]}
+    assert matrix == {"linux-arm64": "ubuntu-24.04-arm", "darwin-amd64": "macos-15-intel",
+                      "darwin-arm64": "macos-14", "windows-amd64": "windows-2022"}
+    assert jobs["build"]["runs-on"] == "ubuntu-24.04"  # linux/amd64: hack/release.py
+    for job in ("build", "binaries"):
+        runs = [s.get("run", "") for s in jobs[job]["steps"]]
+        assert [r for r in runs if r.startswith("bash hack/smoke-binary.sh ")], job
+    binaries_runs = "\n".join(s.get("run", "") for s in jobs["binaries"]["steps"])
+    assert "python krew/build.py" in binaries_runs
+    final = jobs["krew-manifest"]
+    assert set(final["needs"]) == {"build", "binaries"}
+    final_runs = "\n".join(s.get("run", "") for s in final["steps"])
+    assert "krew/build.py --from-sums" in final_runs and "SHA256SUMS" in final_runs
+    uploads = [s for s in final["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
+    assert uploads and uploads[0]["with"]["name"] == "dist" and uploads[0]["with"]["overwrite"]
+    assert "krew-manifest" in jobs["github-release"]["needs"]

@@ -115,3 +115,17 @@ def test_stale_text_is_never_printed(tmp_path, monkeypatch):
     assert entry.fast_answer(["status"]) is None
     monkeypatch.setenv("_KUBECTL_FLUX_PLUNGER_COMPLETE", "bash_source")
     assert entry.fast_answer(["--help"]) is None
+
+
+def test_called_as_kubectls_completion_helper_it_completes(monkeypatch, capsys):
+    """A link named kubectl_complete-flux_plunger (what kubectl runs to complete `kubectl
+    flux-plunger …`; the krew binary is linked under that name) answers cobra's protocol."""
+    assert entry.completion_link("/k/bin/kubectl_complete-flux_plunger")
+    assert not entry.completion_link("/k/bin/kubectl-flux_plunger")
+    assert not entry.completion_link("flux-plunger")
+    monkeypatch.setattr(sys, "argv", ["/k/bin/kubectl_complete-flux_plunger", "st"])
+    assert entry.main() == 0
+    assert capsys.readouterr().out.splitlines() == ["status", ":4"]
+    monkeypatch.setattr(sys, "argv", ["/k/bin/kubectl-flux_plunger", "version", "--client"])
+    assert entry.main() == 0
+    assert capsys.readouterr().out.startswith("Client Version: ")
