@@ -80,6 +80,10 @@ class Outcome:
     # label selector (``Options.selector``): nothing was decided or written, and serve does
     # not count it in its metrics.  Not part of the output.
     selected: bool = True
+    # a skip that leaves the release stuck for a human (``plan.Stuck``): announced with a
+    # RecoverySkipped Event, counted by serve's flux_plunger_releases_left_stuck.  Not part
+    # of the output (its detail is).
+    left_stuck: plan.Stuck | None = None
 
     def as_dict(self) -> Obj:
         out = {
@@ -100,11 +104,13 @@ class Outcome:
 @dataclass(frozen=True)
 class Ending:
     """How a pass over one release ended: its result, the words that say why (None: the
-    decision's own reason stands) and whether it failed."""
+    decision's own reason stands), whether it failed, and — for a skip that leaves the
+    release stuck for a human — why (``plan.Stuck``)."""
 
     result: Result
     detail: str | None = None
     failed: bool = False
+    stuck: plan.Stuck | None = None  # a skip that leaves the release stuck (announced)
 
 
 def failed(detail: str) -> Ending:
