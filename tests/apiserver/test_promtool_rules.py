@@ -280,6 +280,8 @@ def test_rule_values_reach_the_rules(helm):  # noqa: F811
     assert (rules["FluxPlungerNoLeader"]["for"], rules["FluxPlungerNotReady"]["for"],
             rules["FluxPlungerReleasesLeftStuck"]["for"]) == ("5m", "20m", "1h")
     assert f'namespace="{NS}",lease="{MAIN.lease}"' in rules["FluxPlungerNoLeader"]["expr"]
+    half = rules_of(rendered_rule(helm, MAIN, "prometheusRule.fenceHeldMinutes=0.5"))
+    assert half["FluxPlungerFenceHeldTooLong"]["expr"].endswith("> 30")  # fractions of minutes
 
 
 # -- the dashboard -------------------------------------------------------------------------
