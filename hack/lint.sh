@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The quality gates, fast and before any test tier: ruff (lint + format check), mypy (strict,
-# per pyproject.toml), import-linter (the layering contracts).  Config: pyproject.toml [tool.*].
+# per pyproject.toml), import-linter (the layering contracts), `promtool check rules` of the
+# chart's alert rules and dashboard queries (testplane/promrules.py; helm and promtool as
+# ./hack/setup.sh built them).  Config: pyproject.toml [tool.*].
 #   ./hack/lint.sh          check only (what CI runs)
 #   ./hack/lint.sh --fix    rewrite: ruff format, ruff check --fix, the prerendered help; then
 #                           check everything
@@ -44,6 +46,7 @@ quiet() {  # the tool's output only when it fails
   return 1
 }
 step "import-linter" quiet .venv/bin/lint-imports --no-cache
+step "promtool check rules" quiet "$PY" -m testplane.promrules
 if [ "${#failed[@]}" -gt 0 ]; then
   echo "error: lint failed: ${failed[*]}" >&2
   exit 1

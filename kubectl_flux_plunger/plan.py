@@ -14,6 +14,7 @@ from datetime import datetime
 from . import constants, storage
 from .detect import (
     already_processed,
+    attempted_since_generation,
     awaiting_retry_without_storage,
     held_seconds,
     is_fenced,
@@ -294,15 +295,119 @@ class Verdict(str, enum.Enum):
     SKIPPED = "skipped"  # the value of executor.Result.SKIPPED
 
 
+class Stuck(str, enum.Enum):
+    """Why flux-plunger leaves a stuck release stuck, closed: the ``reason`` label of serve's
+    ``flux_plunger_releases_left_stuck`` gauge, and one static ``RecoverySkipped`` message
+    each (``RECOVERY_SKIPPED``).  docs/INSTALL.md says what the operator does for each."""
+
+    CORRUPT_PAYLOAD = "corrupt-payload"
+    REMOTE_UNSUPPORTED = "remote-unsupported"
+    NO_STORAGE = "no-storage"
+    UNNUMBERED_REVISION = "unnumbered-revision"
+    DUPLICATE_REVISION = "duplicate-revision"
+    VERSION_MISMATCH = "version-mismatch"
+    UNEXPECTED_STATUS = "unexpected-status"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_SKIPPED = "Recovery skipped, the release stays stuck until it is repaired by hand: "
+RECOVERY_SKIPPED = {
+    Stuck.CORRUPT_PAYLOAD: EventSpec(
+        "RecoverySkipped",
+        WARNING,
+        _SKIPPED + "the payload of the newest Helm storage revision cannot be decoded, so "
+        "flux-plunger cannot prove it is the revision that blocks upgrades",
+    ),
+    Stuck.REMOTE_UNSUPPORTED: EventSpec(
+        "RecoverySkipped",
+        WARNING,
+        _SKIPPED + "spec.kubeConfig reaches the remote cluster in a way flux-plunger does not "
+        "support (a workload-identity configMapRef, an exec plugin, an auth-provider or a "
+        "proxy)",
+    ),
+    Stuck.NO_STORAGE: EventSpec(
+        "RecoverySkipped",
+        WARNING,
+        _SKIPPED + "no Helm storage Secret of the release is where its HelmRelease says "
+        "Helm keeps it (release name, storage namespace)",
+    ),
+    Stuck.UNNUMBERED_REVISION: EventSpec(
+        "RecoverySkipped",
+        WARNING,
+        _SKIPPED + "no Helm storage Secret of the release carries a revision number",
+    ),
+    Stuck.DUPLICATE_REVISION: EventSpec(
+        "RecoverySkipped",
+        WARNING,
+        _SKIPPED + "the newest revision of the release is stored in more than one Secret",
+    ),
+    Stuck.VERSION_MISMATCH: EventSpec(
+        "RecoverySkipped",
+        WARNING,
+        _SKIPPED + "the payload of the newest Helm storage revision records another version "
+        "than its Secret",
+    ),
+    Stuck.UNEXPECTED_STATUS: EventSpec(
+        "RecoverySkipped",
+        WARNING,
+        _SKIPPED + "the newest Helm storage revision has a status flux-plunger never deletes",
+    ),
+}
+
+# how each refusal of the §4 check leaves a stuck release: None where helm-controller goes
+# on from the storage by itself (a deployed revision; a failed, superseded or pending one):
+# the "has no deployed releases" it reports is then older than the storage, and its next
+# attempt clears it
+_LEFT_STUCK_BY = {
+    storage.Refusal.CORRUPT: Stuck.CORRUPT_PAYLOAD,
+    storage.Refusal.NO_STORAGE: Stuck.NO_STORAGE,
+    storage.Refusal.UNNUMBERED: Stuck.UNNUMBERED_REVISION,
+    storage.Refusal.DUPLICATE: Stuck.DUPLICATE_REVISION,
+    storage.Refusal.VERSION_MISMATCH: Stuck.VERSION_MISMATCH,
+    storage.Refusal.UNEXPECTED_STATUS: Stuck.UNEXPECTED_STATUS,
+    storage.Refusal.DEPLOYED: None,
+    storage.Refusal.HELM_HANDLES: None,
+}
+
+
+def failure_is_current(hr: Obj) -> bool:
+    """Does the release's "has no deployed releases" come from helm-controller's own latest
+    attempt?  It attempted the current generation (``attempted_since_generation``: not the
+    moment after our relinquish, or anyone's spec change, bumped it) and is not in the
+    middle of an action (Ready Unknown: its result comes next)."""
+    return attempted_since_generation(hr) and not ready_unknown(hr)
+
+
+def left_stuck(hr: Obj, cause: Stuck) -> Stuck | None:
+    """``cause`` when a skip for it leaves ``hr`` stuck for a human to repair and is worth
+    announcing (``RecoverySkipped``, the gauge): once helm-controller's failure is current
+    (``failure_is_current``).  None for a stale message the next reconcile clears."""
+    return cause if failure_is_current(hr) else None
+
+
+def skip_of(hr: Obj, choice: storage.Choice) -> Stuck | None:
+    """The announced ``Stuck`` of a refused §4 check on ``hr`` (``left_stuck``), else None."""
+    if choice.refusal is None:
+        return None
+    cause = _LEFT_STUCK_BY[choice.refusal]
+    return left_stuck(hr, cause) if cause is not None else None
+
+
 @dataclass(frozen=True)
 class StorageVerdict:
     """The storage half of the live-stuck row (it needs the storage LIST, so it is not in
     ``decide``): recover the chosen revision, await helm-controller's retry after an earlier
-    recovery, or skip with the reason.  ``executor`` and ``status`` both use this."""
+    recovery, or skip with the reason.  ``executor`` and ``status`` both use this.
+
+    ``stuck``: a skip that leaves the release stuck for a human and is announced
+    (``skip_of``); None for every other verdict and for a skip the next reconcile clears."""
 
     verdict: Verdict
     detail: str
     choice: storage.Choice
+    stuck: Stuck | None = None
 
 
 def storage_verdict(hr: Obj, secrets: list[Obj]) -> StorageVerdict:
@@ -320,5 +425,5 @@ def storage_verdict(hr: Obj, secrets: list[Obj]) -> StorageVerdict:
     if done:
         return StorageVerdict(Verdict.AWAITING_RETRY, why, choice)
     if not choice.ok:
-        return StorageVerdict(Verdict.SKIPPED, choice.reason, choice)
+        return StorageVerdict(Verdict.SKIPPED, choice.reason, choice, skip_of(hr, choice))
     return StorageVerdict(Verdict.RECOVER, choice.reason, choice)

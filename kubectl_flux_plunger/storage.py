@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import enum
 import gzip
 import hashlib
 import json
@@ -238,20 +239,41 @@ def make_storage_secret(
     }
 
 
+class Refusal(str, enum.Enum):
+    """Why the §4 check refuses, closed (``Choice.refusal``): what ``plan`` needs to tell a
+    release left stuck from one helm-controller goes on from by itself."""
+
+    NO_STORAGE = "no-storage"  # no storage Secret of the release where it should be
+    UNNUMBERED = "unnumbered-revision"  # no Secret carries a revision number
+    DUPLICATE = "duplicate-revision"  # the newest revision is stored twice
+    DEPLOYED = "deployed"  # a revision is deployed: helm-controller upgrades from it
+    CORRUPT = "corrupt-payload"  # the newest payload cannot be decoded (or has no status)
+    VERSION_MISMATCH = "version-mismatch"  # the payload records another version
+    HELM_HANDLES = "helm-handles"  # failed / superseded / pending-*: helm-controller goes on
+    UNEXPECTED_STATUS = "unexpected-status"  # a status none of the above
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Choice:
-    """The outcome of the §4 check: the newest revision (when known) and whether to delete it."""
+    """The outcome of the §4 check: the newest revision (when known) and whether to delete it
+    (``refusal`` says why not; None when ok)."""
 
     revision: Revision | None
     helm_status: str | None
     ok: bool
     reason: str
     storage_found: bool = True  # False: the release has no storage Secret at all
+    refusal: Refusal | None = None
 
 
-def _refuse(reason: str, revision: Revision | None = None, status: str | None = None) -> Choice:
+def _refuse(
+    refusal: Refusal, reason: str, revision: Revision | None = None, status: str | None = None
+) -> Choice:
     """A not-ok Choice: nothing is deleted, the reason is reported."""
-    return Choice(revision=revision, helm_status=status, ok=False, reason=reason)
+    return Choice(revision=revision, helm_status=status, ok=False, reason=reason, refusal=refusal)
 
 
 def _storage_of(release: str, secrets: list[Any]) -> list[tuple[Revision, Obj]]:
@@ -279,13 +301,13 @@ def _describe(revision: Revision) -> str:
     return f"storage Secret {revision.name}"
 
 
-def _why_not_blocking(status: str | None) -> str:
+def _why_not_blocking(status: str | None) -> tuple[Refusal, str]:
     """Why a non-blocking newest status needs no help from us (SPEC §4, helm-controller §1.6)."""
     if status in ("failed", "superseded"):
-        return "helm-controller upgrades from it"
+        return Refusal.HELM_HANDLES, "helm-controller upgrades from it"
     if isinstance(status, str) and status.startswith("pending-"):
-        return "helm-controller unlocks it itself"
-    return "not a status that causes 'has no deployed releases'"
+        return Refusal.HELM_HANDLES, "helm-controller unlocks it itself"
+    return Refusal.UNEXPECTED_STATUS, "not a status that causes 'has no deployed releases'"
 
 
 def _payload_status(payload: Obj) -> str | None:
@@ -313,19 +335,23 @@ def _check_newest(newest: Revision, secret: Obj, deployed: Revision | None) -> C
     status = _payload_status(payload) if payload is not None else None
     if deployed is not None:
         prefix = "newest " if deployed is newest else ""
-        return _refuse(f"{prefix}{_describe(deployed)} is deployed", newest, status)
+        return _refuse(
+            Refusal.DEPLOYED, f"{prefix}{_describe(deployed)} is deployed", newest, status
+        )
     if payload is None:
-        return _refuse(f"{label} has a corrupt payload: {error}", newest)
+        return _refuse(Refusal.CORRUPT, f"{label} has a corrupt payload: {error}", newest)
     if status is None:
-        return _refuse(f"{label} has a corrupt payload: no info.status", newest)
+        return _refuse(Refusal.CORRUPT, f"{label} has a corrupt payload: no info.status", newest)
     version = payload.get("version")
     if not isinstance(version, int) or isinstance(version, bool) or version != newest.number:
-        return _refuse(f"{label} payload records version {version!r}", newest, status)
+        return _refuse(
+            Refusal.VERSION_MISMATCH, f"{label} payload records version {version!r}", newest, status
+        )
     if status == "deployed":
-        return _refuse(f"{label} is deployed", newest, status)
+        return _refuse(Refusal.DEPLOYED, f"{label} is deployed", newest, status)
     if status not in constants.BLOCKING_STATUSES:
-        why = _why_not_blocking(status)
-        return _refuse(f"{label} has status {status} ({why})", newest, status)
+        refusal, why = _why_not_blocking(status)
+        return _refuse(refusal, f"{label} has status {status} ({why})", newest, status)
     return Choice(newest, status, True, f"{label} has status {status} and no revision is deployed")
 
 
@@ -345,16 +371,19 @@ def choose_revision(hr: Obj, secrets: list[Obj]) -> Choice:
             ok=False,
             storage_found=False,
             reason=f"no Helm storage Secrets for release {release} in namespace {namespace}",
+            refusal=Refusal.NO_STORAGE,
         )
     numbered = [(rev, secret) for rev, secret in storage if rev.number is not None]
     if not numbered:
         first = min(rev.name for rev, _ in storage)
-        return _refuse(f"storage Secret {first} has no revision number")
+        return _refuse(Refusal.UNNUMBERED, f"storage Secret {first} has no revision number")
     newest, newest_secret = max(numbered, key=lambda pair: pair[0].number or 0)  # all numbered
     twins = sorted(rev.name for rev, _ in numbered if rev.number == newest.number)
     if len(twins) > 1:
         names = ", ".join(twins)
         return _refuse(
-            f"revision {newest.number} is stored in more than one Secret ({names})", newest
+            Refusal.DUPLICATE,
+            f"revision {newest.number} is stored in more than one Secret ({names})",
+            newest,
         )
     return _check_newest(newest, newest_secret, _label_deployed(storage, newest))

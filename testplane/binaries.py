@@ -47,6 +47,8 @@ class Target:
     # built from a writable copy of ``module`` with this placeholder file written into it
     # (flux's cmd/flux embeds generated manifests absent from the module zip)
     placeholder: str = ""
+    # build tags (`go build -tags`); part of the cache key
+    tags: tuple[str, ...] = ()
 
 
 def _k8s_ldflags(version: str) -> tuple[str, ...]:
@@ -88,6 +90,13 @@ TARGETS = {
                     "github.com/google/go-containerregistry/cmd/crane"),
     "actionlint": Target("actionlint", "actionlint", "github.com/rhysd/actionlint",
                          "github.com/rhysd/actionlint/cmd/actionlint"),
+    # the chart's alert rules (tests/apiserver/test_promtool_rules.py, hack/lint.sh): promtool's
+    # `check rules` and `test rules` -- only cmd/promtool, not the Prometheus server, and
+    # without the service-discovery plugins (Prometheus's own remove_all_sd tag: no cloud
+    # SDKs to compile; only `promtool check config` of such an SD would notice)
+    "promtool": Target("promtool", "promtool", "github.com/prometheus/prometheus",
+                       "github.com/prometheus/prometheus/cmd/promtool",
+                       tags=("remove_all_sd",)),
     # the Flux CLI as a plugin host (tests/cli); only `flux install` reads the embedded
     # manifests, so one placeholder stands in for them
     "flux": Target("flux", "flux", "github.com/fluxcd/flux2/v2", "github.com/fluxcd/flux2/v2/cmd/flux",
@@ -188,7 +197,8 @@ def _go_version() -> str:
 def cache_dir_for(target: Target) -> Path:
     version = module_version(wrapper_of(target), target.module)
     arch = f"{platform.system().lower()}-{platform.machine().lower()}"
-    return cache_root() / f"{target.name}-{version}-{_go_version()}-{arch}"
+    tags = "".join(f"+{t}" for t in target.tags)
+    return cache_root() / f"{target.name}-{version}{tags}-{_go_version()}-{arch}"
 
 
 def _from_assets(name: str) -> Path | None:
@@ -199,6 +209,16 @@ def _from_assets(name: str) -> Path | None:
             return p
         raise BuildError(f"KUBEBUILDER_ASSETS={assets} has no executable {name}")
     return None
+
+
+def cached(name: str) -> Path | None:
+    """Path of binary ``name`` when it is already built (or given by KUBEBUILDER_ASSETS),
+    else None; never builds (for checks that must stay fast, e.g. hack/lint.sh)."""
+    found = _from_assets(name)
+    if found:
+        return found
+    binary = cache_dir_for(TARGETS[name]) / name
+    return binary if binary.is_file() else None
 
 
 def ensure(name: str, log=sys.stderr) -> Path:
@@ -219,7 +239,9 @@ def ensure(name: str, log=sys.stderr) -> Path:
         ldflags += list(_k8s_ldflags(version))
     ldflags += [f.format(bare=version.lstrip("v")) for f in target.ldflags]
     tmp = out_dir / f".{name}.tmp{os.getpid()}"
-    cmd = [_go(), "build", "-trimpath", "-ldflags", " ".join(ldflags), "-o", str(tmp), target.package]
+    tags = ["-tags", ",".join(target.tags)] if target.tags else []
+    cmd = [_go(), "build", "-trimpath", *tags, "-ldflags", " ".join(ldflags), "-o", str(tmp),
+           target.package]
     print(f"building {name} ({target.module} {version}) into {out_dir} ...", file=log, flush=True)
     started = time.monotonic()
     cwd = WRAPPERS / wrapper

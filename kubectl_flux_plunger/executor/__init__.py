@@ -247,12 +247,12 @@ class Executor:
             report = self._act(hr, d, watch)
         # the one place a pass's Outcome is made: of the report its steps returned
         ending = report.ending or Ending(Result.UNCHANGED)
-        if (
-            ending.failed
-            and hr is not None
+        announce = (
+            hr is not None
             and d.action is plan.Action.RECOVER
             and not (self.opt.dry_run_client or self.kube.dry_run)
-        ):
+        )
+        if announce and hr is not None and ending.failed:
             # a Warning Event (and a Flux notification of severity error) with the cause
             # for the notification only: the Event's message stays static
             self.recorder.record(
@@ -261,6 +261,17 @@ class Executor:
                 plan.RECOVERY_FAILED.type,
                 plan.RECOVERY_FAILED.message,
                 metadata={"error": ending.detail or ""},
+            )
+        elif announce and hr is not None and ending.stuck is not None:
+            # the same for a skip that leaves the release stuck: one static message per
+            # cause (so repeats fold), the words of this pass for the notification only
+            skipped = plan.RECOVERY_SKIPPED[ending.stuck]
+            self.recorder.record(
+                hr,
+                skipped.reason,
+                skipped.type,
+                skipped.message,
+                metadata={"cause": ending.stuck.value, "detail": ending.detail or ""},
             )
         return Outcome(
             namespace,
@@ -274,6 +285,7 @@ class Executor:
             steps=list(report.steps),
             backup=report.backup,
             settled=None if self.kube.dry_run else _settled(report.wrote or hr, ending),
+            left_stuck=ending.stuck,
         )
 
     def _act(self, hr: Obj, d: plan.Decision, watch: ReleaseWatch | None) -> Report:

@@ -84,6 +84,10 @@ class Outcome:
     # the Lease name of the running controller that covers the release and was left to
     # it (``Options.covered``; the one-shot verbs), else empty
     controller: str = ""
+    # a skip that leaves the release stuck for a human (``plan.Stuck``): announced with a
+    # RecoverySkipped Event, counted by serve's flux_plunger_releases_left_stuck.  Not part
+    # of the output (its detail is).
+    left_stuck: plan.Stuck | None = None
 
     def as_dict(self) -> Obj:
         out = {
@@ -104,11 +108,13 @@ class Outcome:
 @dataclass(frozen=True)
 class Ending:
     """How a pass over one release ended: its result, the words that say why (None: the
-    decision's own reason stands) and whether it failed."""
+    decision's own reason stands), whether it failed, and — for a skip that leaves the
+    release stuck for a human — why (``plan.Stuck``)."""
 
     result: Result
     detail: str | None = None
     failed: bool = False
+    stuck: plan.Stuck | None = None  # a skip that leaves the release stuck (announced)
 
 
 def failed(detail: str) -> Ending:

@@ -112,7 +112,8 @@ class Saga:
         try:
             secrets = self.prims.list_storage(hr)
         except Unsupported as exc:
-            return None, Report(Ending(Result.SKIPPED, str(exc)))
+            stuck = plan.left_stuck(hr, plan.Stuck.REMOTE_UNSUPPORTED)
+            return None, Report(Ending(Result.SKIPPED, str(exc), stuck=stuck))
         except RemoteError as exc:
             return None, Report(failed(f"cannot use the remote cluster: {exc}"))
         except KubeError as exc:
@@ -125,7 +126,8 @@ class Saga:
         choice = verdict.choice
         report = Report(revision=choice.revision.number if choice.revision is not None else None)
         if verdict.verdict is not plan.Verdict.RECOVER:
-            return None, report.end(Ending(Result(verdict.verdict.value), verdict.detail))
+            ending = Ending(Result(verdict.verdict.value), verdict.detail, stuck=verdict.stuck)
+            return None, report.end(ending)
         return choice, report
 
     def recover(self, hr: Obj, watch: ReleaseWatch | None = None) -> Report:

@@ -1,6 +1,11 @@
 """The controller's counters and gauges, kept as plain numbers so the loop never depends on
 prometheus-client; :func:`collector` renders them as Prometheus metric families at scrape
-time (prometheus-client is imported lazily: it is the optional ``serve`` extra)."""
+time (prometheus-client is imported lazily: it is the optional ``serve`` extra).
+
+Every sample carries the label ``lease``: the name of the install's Lease
+(``--leader-election-id``, unique per install in a namespace), so alert rules and dashboards
+tell two installs in one namespace (two shards) apart whatever the scrape configuration adds
+(docs/INSTALL.md, "Alerts").  Empty (no label) only where no Lease name is given."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .. import notify
 from ..executor import Result
 from ..plan import Row
+from .stuck import LeftStuck
 
 if TYPE_CHECKING:
     from prometheus_client.registry import Collector
@@ -26,7 +32,8 @@ class RequestStats(Protocol):
 
 
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, *, lease: str = "") -> None:
+        self.lease = lease  # the label every sample carries (module doc)
         self._lock = threading.Lock()
         # by outcome of a recovery attempt (the live-stuck row)
         self.recoveries: Counter[str] = Counter()
@@ -44,10 +51,14 @@ class Metrics:
         # other running flux-plunger Leases whose scope overlaps this leader's (serve/overlap)
         self.scope_overlaps: Callable[[], int] = lambda: 0
         self.api_stats: Sequence[RequestStats] = ()  # kube.Stats of every client in use
+        self.left_stuck = LeftStuck()  # releases skipped and left stuck, by cause
 
     def observe(self, outcome: Outcome) -> None:
+        key = f"{outcome.namespace}/{outcome.name}"
         if not outcome.selected:
+            self.left_stuck.forget(key)
             return  # outside the controller's selection: not this controller's release
+        self.left_stuck.passed(key, outcome.left_stuck)
         with self._lock:
             self.reconciles[outcome.result] += 1
             # a release recovered earlier that awaits helm-controller's retry is not a
@@ -90,7 +101,8 @@ class Metrics:
 
 
 def collector(metrics: Metrics) -> Collector:
-    """A prometheus-client collector over ``metrics``."""
+    """A prometheus-client collector over ``metrics``; every sample labelled with the
+    install's ``lease`` (when it has one: ``_Install``)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     class _Collector:
@@ -146,6 +158,15 @@ def collector(metrics: Metrics) -> Collector:
                 "Keys ready to be processed.",
                 value=metrics.queue_depth(),
             )
+            stuck = GaugeMetricFamily(
+                "flux_plunger_releases_left_stuck",
+                "Stuck HelmReleases this instance skipped and left for a human to repair "
+                "(RecoverySkipped Events), by cause; only the leader passes over releases.",
+                labels=["reason"],
+            )
+            for cause, n in metrics.left_stuck.counts().items():
+                stuck.add_metric([cause.value], n)
+            yield stuck
             yield GaugeMetricFamily(
                 "flux_plunger_leader",
                 "1 while this instance leads.",
@@ -186,4 +207,19 @@ def collector(metrics: Metrics) -> Collector:
                 api.add_metric([verb], n)
             yield api
 
-    return _Collector()
+    return _Install(_Collector(), metrics.lease)
+
+
+class _Install:
+    """``inner``'s families with the label ``lease`` added to every sample (when set)."""
+
+    def __init__(self, inner: Any, lease: str) -> None:
+        self.inner, self.lease = inner, lease
+
+    def collect(self) -> Iterator[Any]:
+        for family in self.inner.collect():
+            if self.lease:
+                family.samples = [
+                    s._replace(labels={"lease": self.lease, **s.labels}) for s in family.samples
+                ]
+            yield family

@@ -84,7 +84,7 @@ class Controller:
     def __init__(self, kube: Kube, cfg: ServeConfig, *, lease_kube: Kube | None = None):
         self.kube, self.cfg = kube, cfg
         self.identity = identity()
-        self.metrics = Metrics()
+        self.metrics = Metrics(lease=cfg.lease_name)
         self.queue = WorkQueue(backoff=Backoff(cfg.backoff_base, cfg.backoff_cap))
         self.notifier: Notifier | None = None
         if cfg.events_addr:

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from .. import plan
-from ..detect import is_fenced, is_terminating, parse_timestamp
+from ..detect import is_fenced, is_stuck, is_terminating, parse_timestamp
 from ..kube import INITIAL_EVENTS_END, KubeError
 from ..objects import Obj
 from .logs import fields
@@ -111,6 +111,7 @@ class _Sync:
         self.fenced: set[str] = set()
         self.owned: set[str] = set()
         self.held: dict[str, float] = {}  # fenced and terminating: its deletionTimestamp
+        self.stuck: set[str] = set()  # what can still be left stuck (serve/stuck.py)
         self.count = self.queued = 0
 
     def take(self, hr: Obj, queue: Keys) -> None:
@@ -123,6 +124,8 @@ class _Sync:
                 self.held[key] = since
         if plan.suspended_by_us(hr):
             self.owned.add(key)
+        if is_stuck(hr):
+            self.stuck.add(key)
         if plan.predicate(hr):  # the catch-all: the whole predicate, unconditionally
             self.queued += 1
             queue.add(key)
@@ -206,6 +209,8 @@ class Watcher:
                 self._held[key] = since
             else:
                 self._held.pop(key, None)
+        if self.metrics is not None and (deleted or not is_stuck(hr)):
+            self.metrics.left_stuck.forget(key)  # repaired (no pass follows) or gone
         if not deleted and plan.wanted_on_change(hr):
             self.queue.add(key, (hr.get("metadata") or {}).get("resourceVersion") or None)
 
@@ -216,6 +221,8 @@ class Watcher:
         expectations go (a new stream), the watch resumes from ``rv``."""
         with self._lock:
             self._fenced, self._owned, self._held = sync.fenced, sync.owned, sync.held
+        if self.metrics is not None:
+            self.metrics.left_stuck.keep_only(sync.stuck)
         if rv:
             self.queue.caught_up(rv, relisted=True)
         if self.metrics is not None:

@@ -1,17 +1,30 @@
-"""The chart's optional PrometheusRule (controller/chart/flux-plunger, prometheusRule.enabled):
-rendered with the real Helm, every metric its four rules name is one a real ``serve``
-exports at /metrics under that name; the chart's notifications value becomes serve's
---events-addr (and nothing when off)."""
+"""The chart's optional PrometheusRule (controller/chart/flux-plunger, prometheusRule.enabled)
+against a real ``serve``: rendered with the real Helm, every metric its rules and the
+dashboard's panels name is one a real serve exports at /metrics under that name; and a real
+scrape — two serves (a leader and a follower on one Lease) scraped every second while a
+recovery fails (remote storage unreachable), a delete is held by the fence, a release is
+left stuck (corrupt payload) and the leader is killed — turned into promtool's input series as
+Prometheus would have stored them, on which every rule evaluates without an error and exactly
+the alerts that scenario brings about go pending or firing.  Also: the chart's notifications
+value becomes serve's --events-addr (and nothing when off)."""
 from __future__ import annotations
 
 import datetime as dt
 import re
+import threading
+import time
+
+import pytest
+import yaml
 
 from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger.kube import JSON
-from tests.apiserver.conftest import hold
+from kubectl_flux_plunger import storage
+from kubectl_flux_plunger.kube import JSON, core_path
+from kubectl_flux_plunger.plan import RECOVERY_FAILED, RECOVERY_SKIPPED, Stuck
+from tests.apiserver.conftest import hold, stuck_release
 from tests.apiserver.test_deploy_manifests import find, helm, render_chart  # noqa: F401
 from tests.apiserver.test_serve_support import FAST, serve  # noqa: F401 - fixture
+from testplane import binaries, promrules
 from testplane.cluster import eventually
 
 # PromQL words that are not metric names
@@ -61,10 +74,16 @@ def test_every_metric_the_alert_rules_name_is_served(helm, serve, cluster, ns): 
     rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
     assert [r["alert"] for r in rules] == ["FluxPlungerRecoveriesFailing",
                                            "FluxPlungerFenceHeldTooLong",
-                                           "FluxPlungerNoLeader", "FluxPlungerNotReady"]
+                                           "FluxPlungerNoLeader", "FluxPlungerNotReady",
+                                           "FluxPlungerReleasesLeftStuck"]
     assert "> 1800" in rules[1]["expr"]  # fenceHeldMinutes 30
     named = {name: r["alert"] for r in rules for name in metric_names(r["expr"])}
-    assert len(named) >= 4, named
+    assert len(named) >= 5, named
+    # ... and every metric the dashboard's panels name
+    board = promrules.dashboard(render_chart(helm, "flux-plunger", "dashboard.enabled=true"))
+    for panel, expr in promrules.panel_queries(board).items():
+        named.update({name: f"dashboard: {panel}" for name in metric_names(expr)})
+    assert {"flux_plunger_api_requests_total", "flux_plunger_queue_depth"} <= set(named)
 
     # a delete held by the fence, seen by a follower (another identity holds the Lease for
     # an hour): nothing acts on it, whatever else runs in this session (a real
@@ -113,3 +132,165 @@ def test_notifications_value_sets_events_addr(helm):  # noqa: F811
     empty = _args(render_chart(helm, "flux-plunger", "notifications.enabled=true",
                                'notifications.eventsAddr=""'))
     assert not [a for a in empty if a.startswith("--events-addr")]
+
+
+# -- a real scrape, evaluated by promtool --------------------------------------------------
+
+STEP = 2.0  # seconds between the grid points of the series (a 2s scrape interval)
+# leader election slow enough that the follower is seen without a leader after the kill
+LEASE = ("--lease-duration", "8s", "--renew-deadline", "6s", "--retry-period", "1s")
+TIMINGS = LEASE + tuple(FAST[6:])  # FAST without its lease timings
+assert FAST[:6] == ("--lease-duration", "3s", "--renew-deadline", "2s", "--retry-period",
+                    "500ms")
+
+
+@pytest.fixture(scope="module")
+def promtool():
+    try:
+        return binaries.ensure("promtool")
+    except binaries.BuildError as exc:
+        pytest.fail(f"cannot build promtool: {exc}", pytrace=False)
+
+
+class Scraper:
+    """Scrapes /metrics of every live serve once a second (as Prometheus would), on a
+    background thread, and remembers when one was killed."""
+
+    def __init__(self) -> None:
+        self.scrapes: list[tuple[float, str, str]] = []
+        self.targets: dict[str, object] = {}
+        self.deaths: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def add(self, s) -> None:
+        with self._lock:
+            self.targets[s.name] = s
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def scraped(self, name: str, since: float = 0.0) -> int:
+        """How many scrapes of ``name`` began after ``since`` (monotonic)."""
+        with self._lock:
+            return sum(1 for at, target, _ in self.scrapes if target == name and at > since)
+
+    def kill(self, s) -> None:
+        with self._lock:
+            self.deaths[s.name] = time.monotonic()
+            del self.targets[s.name]
+        s.stop()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            with self._lock:
+                live = list(self.targets.items())
+            for name, s in live:
+                at = time.monotonic()
+                try:
+                    text = s.metrics()
+                except (OSError, AssertionError):
+                    continue   # killed meanwhile
+                with self._lock:
+                    if name in self.targets:
+                        self.scrapes.append((at, name, text))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def _events(cluster, ns, name, reason):
+    return [e for e in cluster.events(ns, name) if e["reason"] == reason]
+
+
+def test_every_rule_evaluates_on_a_real_serves_series_and_its_alerts_go_off(
+        helm, promtool, serve, cluster, ns, tmp_path):  # noqa: F811
+    rule = find(render_chart(helm, ns, "prometheusRule.enabled=true",
+                             "prometheusRule.fenceHeldMinutes=0.25"),  # 15s
+                "PrometheusRule", "flux-plunger")
+    # a delete held by the fence (helm-controller's finalizer stays: the uninstall never
+    # happens), first: its age is what FluxPlungerFenceHeldTooLong needs past 15s
+    cluster.create_hr(ns, "held")
+    hold(cluster, ns, "held", suspend=False)
+    cluster.delete_hr(ns, "held")
+    scraper = Scraper()
+    leader = serve("-n", ns, "--leader-elect", "--leader-election-namespace", ns, *TIMINGS,
+                   name="leader")
+    eventually(leader.leads, 30, "the first serve leads")
+    follower = serve("-n", ns, "--leader-elect", "--leader-election-namespace", ns, *TIMINGS,
+                     name="follower")
+    eventually(follower.ready, 30, "the follower ready")
+    for s in (leader, follower):
+        scraper.add(s)
+    scraper.start()
+    try:
+        eventually(lambda: scraper.scraped("leader") and scraper.scraped("follower"), 10,
+                   "a scrape of both before anything fails")
+        # a recovery that fails (its remote cluster's kubeconfig Secret does not exist) and
+        # a release left stuck (its newest revision's payload is corrupt)
+        stuck_release(cluster, ns, "remote", spec={"kubeConfig": {"secretRef": {
+            "name": "no-such-kubeconfig"}}})
+        stuck_release(cluster, ns, "corrupt", revisions=[(1, "superseded")])
+        bad = storage.make_storage_secret("corrupt", ns, 2, "uninstalling")
+        bad["data"]["release"] = "bm90IGd6aXAgbm9yIGpzb24="   # base64("not gzip nor json")
+        cluster.kube.request("CREATE", "POST", core_path("secrets", ns), body=bad,
+                             content_type=JSON)
+        eventually(lambda: (leader.metric("flux_plunger_recoveries_total", result="failed")
+                            or 0) >= 1, 30, "a failed recovery")
+        eventually(lambda: leader.metric("flux_plunger_releases_left_stuck",
+                                         reason="corrupt-payload") == 1, 30,
+                   "the corrupt release left stuck")
+        seen = time.monotonic()
+        eventually(lambda: scraper.scraped("leader", since=seen), 10, "a scrape with both")
+        scraper.kill(leader)   # SIGKILL: the Lease stays held until it expires (8s)
+        killed = time.monotonic()
+        eventually(lambda: scraper.scraped("follower", since=killed) >= 2, 5,
+                   "scrapes of the follower after the kill")
+        assert follower.metric("flux_plunger_leader") == 0.0   # the Lease has not expired
+        eventually(follower.leads, 30, "the follower taking the Lease over")
+        eventually(lambda: follower.metric("flux_plunger_releases_left_stuck",
+                                           reason="corrupt-payload") == 1, 30,
+                   "the new leader leaves the corrupt release stuck too")
+        eventually(lambda: (follower.metric("flux_plunger_fence_held_delete_seconds") or 0)
+                   > 17, 60, "the held delete's age past the threshold (15s)")
+        past = time.monotonic()
+        eventually(lambda: scraper.scraped("follower", since=past), 10, "a scrape with it")
+    finally:
+        scraper.stop()
+        cluster.remove_finalizer(ns, "held", C.FENCE)
+        cluster.remove_finalizer(ns, "held", C.HELM_CONTROLLER_FINALIZER)
+    # the Events the operator's Alerts hear: the failure (remote unreachable is a failure,
+    # retried) and the release left stuck
+    assert [e["message"] for e in _events(cluster, ns, "remote", "RecoveryFailed")] == [
+        RECOVERY_FAILED.message]
+    assert [e["message"] for e in _events(cluster, ns, "corrupt", "RecoverySkipped")] == [
+        RECOVERY_SKIPPED[Stuck.CORRUPT_PAYLOAD].message]
+    assert "sh.helm.release.v1.corrupt.v2" in cluster.secret_names(ns, "corrupt")
+
+    # the scrapes as Prometheus would have stored them: target labels of a PodMonitor
+    targets = {s.name: {"namespace": ns, "pod": s.name, "job": f"{ns}/flux-plunger",
+                        "instance": f"127.0.0.1:{s.metrics_port}"} for s in (leader, follower)}
+    series, points = promrules.input_series(scraper.scrapes, targets, scraper.deaths, STEP)
+    assert points >= 8 and any("lease=" in x["series"] for x in series)
+    end = f"{int((points - 1) * STEP)}s"
+    brought_about = ["FluxPlungerFenceHeldTooLong", "FluxPlungerNoLeader",
+                     "FluxPlungerRecoveriesFailing", "FluxPlungerReleasesLeftStuck"]
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(promrules.rule_groups(rule)))
+    unit = {"rule_files": [rules.name], "evaluation_interval": f"{int(STEP)}s", "tests": [{
+        "name": "a real serve's scrapes", "interval": f"{int(STEP)}s", "input_series": series,
+        "promql_expr_test": [{
+            # every alert that was pending or firing at any time of the scenario
+            "expr": f'group by (alertname) (max_over_time(ALERTS{{namespace="{ns}",'
+                    f'lease="{C.LEASE_NAME}"}}[1h]))',
+            "eval_time": end,
+            "exp_samples": [{"labels": f'{{alertname="{a}"}}', "value": 1}
+                            for a in brought_about]}]}]}
+    path = tmp_path / "real.test.yaml"
+    path.write_text(yaml.safe_dump(unit, sort_keys=False))
+    proc = promrules.run_tests(promtool, path)
+    # promtool stops at the first rule that does not evaluate ("rule: ..., err: ...")
+    assert proc.returncode == 0, proc.stdout + proc.stderr + path.read_text()[:4000]
+    assert "SUCCESS" in proc.stdout

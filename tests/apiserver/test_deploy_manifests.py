@@ -486,10 +486,11 @@ class ServeProcess:
             return False
 
     def idle(self) -> bool:
-        """/metrics: nothing queued and no fence held."""
+        """/metrics: nothing queued and no fence held (whatever labels the samples carry:
+        the install's lease)."""
         text = self._get(self.metrics, "/metrics")[1]
-        return ("flux_plunger_queue_depth 0.0" in text
-                and "flux_plunger_fences_held 0.0" in text)
+        return all(re.search(rf"^{name}(\{{[^}}]*\}})? 0\.0$", text, re.M)
+                   for name in ("flux_plunger_queue_depth", "flux_plunger_fences_held"))
 
     def stop(self) -> int:
         if self.proc.poll() is None:

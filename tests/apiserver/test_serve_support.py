@@ -102,7 +102,8 @@ class Serve:
         return body
 
     def metric(self, name: str, **labels) -> float | None:
-        """The value of one sample (labels must match exactly those given)."""
+        """The value of one sample (labels must match exactly those given; the install's
+        ``lease`` label, on every sample, only when given)."""
         want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
         for line in self.metrics().splitlines():
             if line.startswith("#"):
@@ -110,8 +111,10 @@ class Serve:
             m = re.fullmatch(r"([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)", line)
             if not m or m.group(1) != name:
                 continue
-            got = ",".join(sorted((m.group(2) or "").split(","))) if m.group(2) else ""
-            if got == want:
+            pairs = (m.group(2) or "").split(",") if m.group(2) else []
+            if "lease" not in labels:
+                pairs = [p for p in pairs if not p.startswith("lease=")]
+            if ",".join(sorted(pairs)) == want:
                 return float(m.group(3))
         return None
 

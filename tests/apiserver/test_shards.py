@@ -218,9 +218,11 @@ def test_two_shards_in_one_namespace_lead_on_their_own_leases_and_keep_to_their_
     assert about(mine[a.name], ns, "bravo") == []   # never read for a decision nor written
     assert about(mine[b.name], ns, "alpha") == []
     # ... nor counted: one recovery each, and no log line about the other's release
-    for proc, own, other in ((pa, "alpha", "bravo"), (pb, "bravo", "alpha")):
+    for proc, install, own, other in ((pa, a, "alpha", "bravo"), (pb, b, "bravo", "alpha")):
         text = proc._get(proc.metrics, "/metrics")[1]
-        assert 'flux_plunger_recoveries_total{result="recovered"} 1.0' in text, text
+        # every sample names the install by its Lease (what the alert rules group by)
+        assert (f'flux_plunger_recoveries_total{{lease="{install.lease}",result="recovered"}}'
+                ' 1.0') in text, text
         assert f"{ns}/{own}" in log_releases(proc.text())
         assert f"{ns}/{other}" not in log_releases(proc.text())
 

@@ -7,7 +7,10 @@ HelmRelease in the test's namespace.
   the revision deleted;
 * a recovery that fails (``recover --events-addr`` on an identity that cannot list Helm
   storage) is one notification of severity ``error``, posted before the CLI exits;
-* notification-controller stopped: the recoveries still happen and serve logs one warning.
+* notification-controller stopped: the recoveries still happen and serve logs one warning;
+* a stuck release whose newest revision's payload is corrupt (Helm itself skips it and stays
+  stuck on the revision below): serve leaves the Secret alone and announces it — one Warning
+  ``RecoverySkipped`` Event and one notification of severity ``error`` naming the cause.
 
 notification-controller's own duplicate filter is turned off (``--rate-limit-interval``
 1ms): a duplicate flux-plunger posted would reach the receiver."""
@@ -29,7 +32,11 @@ from testplane.rbac import service_account_kubeconfig
 from tests.apiserver.test_deploy_manifests import find, render_kustomize
 from tests.apiserver.test_serve_support import FAST, serve  # noqa: F401 - fixture
 
-from .conftest import wait_ready
+from kubectl_flux_plunger import constants as C
+
+from testplane.helmctl import request_reconcile
+
+from .conftest import wait_ready, wait_stuck
 from .test_recover_e2e import make_stuck
 
 
@@ -148,6 +155,51 @@ def test_notification_controller_stopped_recoveries_go_on_with_one_warning(
     assert f"cannot post Flux events to {address}" in warnings[0]
 
 
+def test_a_corrupt_newest_revision_under_serve_is_a_warning_and_an_error_notification(
+        installed, cluster, ns, nc, routed, serve):  # noqa: F811
+    from kubectl_flux_plunger import storage
+    from kubectl_flux_plunger.kube import JSON, core_path
+    from kubectl_flux_plunger.plan import RECOVERY_SKIPPED, Stuck
+
+    make_stuck(installed, cluster, ns)   # revision 1 uninstalling: "has no deployed releases"
+    bad = storage.make_storage_secret("demo", ns, 2, "uninstalling")
+    bad["data"]["release"] = "bm90IGd6aXAgbm9yIGpzb24="   # base64("not gzip nor json")
+    cluster.kube.request("CREATE", "POST", core_path("secrets", ns), body=bad, content_type=JSON)
+    s = serve("-n", ns, "--no-leader-elect", "--events-addr", nc.address, *FAST)
+    eventually(lambda: routed.received(), 60, "a notification at the receiver")
+    eventually(lambda: s.metric("flux_plunger_releases_left_stuck", reason="corrupt-payload")
+               == 1, 30, "the release counted as left stuck")
+    got = routed.received()
+    assert [(b["reason"], b["severity"]) for b in got] == [("RecoverySkipped", "error")], got
+    note = got[0]
+    assert note["involvedObject"]["name"] == "demo"
+    assert note["message"] == RECOVERY_SKIPPED[Stuck.CORRUPT_PAYLOAD].message
+    assert note["metadata"]["cause"] == "corrupt-payload"
+    assert "newest revision 2 has a corrupt payload" in note["metadata"]["detail"], note
+    events = [e for e in cluster.events(ns, "demo") if e["reason"] == "RecoverySkipped"]
+    assert [(e["type"], e["message"]) for e in events] == [
+        ("Warning", RECOVERY_SKIPPED[Stuck.CORRUPT_PAYLOAD].message)]
+    # nothing was touched: both revisions are there, the release was never suspended
+    assert cluster.secret_names(ns, "demo") == ["sh.helm.release.v1.demo.v1",
+                                                "sh.helm.release.v1.demo.v2"]
+    hr = cluster.get(ns, "demo")
+    assert not hr["spec"].get("suspend") and C.FENCE not in hr["metadata"]["finalizers"]
+    # helm-controller, asked again, still reports the release stuck (Helm skips the revision
+    # it cannot decode: the one below blocks it); serve's pass after it folds into the same
+    # Event and posts nothing new
+    request_reconcile(cluster.kube, ns, "demo")
+    asked = cluster.get(ns, "demo")["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"]
+    eventually(lambda: (cluster.get(ns, "demo").get("status") or {}).get(
+        "lastHandledReconcileAt") == asked, 60, "helm-controller to handle the reconcile request")
+    wait_stuck(cluster, ns)
+    def folded() -> bool:
+        counts = [e.get("count") or 1 for e in cluster.events(ns, "demo")
+                  if e["reason"] == "RecoverySkipped"]
+        return len(counts) == 1 and counts[0] >= 2
+    eventually(folded, 30, "serve's pass after helm-controller's retry, folded into the Event")
+    assert len(routed.received()) == 1, routed.received()
+
+
 def _documented_route() -> list[dict]:
     """The Provider + Alert docs/INSTALL.md shows."""
     text = (Path(__file__).resolve().parents[2] / "docs" / "INSTALL.md").read_text()
@@ -158,8 +210,9 @@ def _documented_route() -> list[dict]:
 
 def test_the_documented_alert_routes_flux_plungers_events_only(nc, receiver, cluster, ns):
     """The INSTALL.md Provider + Alert, applied as shown (address and namespace changed):
-    the real notification-controller accepts them and passes the recovery, failure, held
-    fence and unsuspend-failure events; its inclusionList keeps helm-controller's out."""
+    the real notification-controller accepts them and passes the recovery, failure, skip
+    (each cause), held fence and unsuspend-failure events; its inclusionList keeps
+    helm-controller's out."""
     from kubectl_flux_plunger import plan
     from kubectl_flux_plunger.kube import APPLY_PATCH
 
@@ -177,7 +230,8 @@ def test_the_documented_alert_routes_flux_plungers_events_only(nc, receiver, clu
     assert not pattern.search("Helm upgrade succeeded for release apps/web.v3 with chart demo")
     wanted = {plan.RECOVERED.message + ": revision 3, Secret apps/sh.helm.release.v1.web.v3",
               plan.RECOVERY_FAILED.message, plan.UNINSTALL_FENCE_HELD.message,
-              plan.UNSUSPEND_FAILED.message}
+              plan.UNSUSPEND_FAILED.message,
+              *(spec.message for spec in plan.RECOVERY_SKIPPED.values())}
     hr = {"metadata": {"name": "web", "namespace": ns, "uid": "u-1"}, "spec": {}}
     from kubectl_flux_plunger.notify import Notifier
     notifier = Notifier(nc.address, instance="test")
@@ -192,6 +246,6 @@ def test_the_documented_alert_routes_flux_plungers_events_only(nc, receiver, clu
             notifier.notify(hr, f"Probe{i}", "Warning", message)
         notifier.flush(5)
         return False
-    eventually(arrived, 60, "the four kinds of flux-plunger events at the receiver")
+    eventually(arrived, 60, "the kinds of flux-plunger Warning events at the receiver")
     notifier.close()
     assert all(pattern.search(m) for m in wanted)

@@ -14,6 +14,7 @@ from kubectl_flux_plunger.storage import (
     Choice,
     PayloadError,
     Revision,
+    Refusal,
     choose_revision,
     decode_payload,
     encode_payload,
@@ -265,7 +266,7 @@ def test_no_storage_is_reported_with_release_and_namespace() -> None:
     release = hr("web", spec_extra={"storageNamespace": "store"})
     assert choose_revision(release, []) == Choice(
         None, None, False, "no Helm storage Secrets for release web in namespace store",
-        storage_found=False)
+        storage_found=False, refusal=Refusal.NO_STORAGE)
 
 
 def test_other_releases_and_types_are_not_storage() -> None:
@@ -309,7 +310,8 @@ def test_only_unnumbered_secrets_is_not_ok() -> None:
     odd["metadata"]["name"] = "sh.helm.release.v1.demo.vX"
     choice = choose_revision(hr(), [odd])
     assert choice == Choice(
-        None, None, False, "storage Secret sh.helm.release.v1.demo.vX has no revision number")
+        None, None, False, "storage Secret sh.helm.release.v1.demo.vX has no revision number",
+        refusal=Refusal.UNNUMBERED)
 
 
 def test_older_deployed_revision_blocks() -> None:
@@ -342,7 +344,7 @@ def test_newest_deployed_by_payload_blocks() -> None:
     newest["metadata"]["labels"]["status"] = "uninstalling"
     choice = choose_revision(hr(), [newest])
     assert choice == Choice(Revision.from_secret(newest), "deployed", False,
-                            "newest revision 3 is deployed")
+                            "newest revision 3 is deployed", refusal=Refusal.DEPLOYED)
 
 
 @pytest.mark.parametrize(
