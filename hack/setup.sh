@@ -30,8 +30,9 @@ if ! command -v go >/dev/null 2>&1 && [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
        "(or set KUBEBUILDER_ASSETS to envtest binaries)" >&2
   exit 1
 fi
-# kube-apiserver, etcd, CRDs, helm-controller, krew (each built once, then cached)
-.venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm notification-controller notification-crds registry crane actionlint}
+# kube-apiserver, etcd, CRDs, helm-controller, krew, …, cosign and syft (the release tier's signing
+# and SBOMs, issue 31); each built once, then cached
+.venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm notification-controller notification-crds registry crane actionlint cosign syft}
 # the release tier (tests/release): the image's locked wheels and the dependencies' wheels, once
 .venv/bin/python hack/release.py --fetch
 .venv/bin/python hack/release.py --fetch --platforms linux/amd64 --base-python 3.11  # the Debian base
