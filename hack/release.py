@@ -18,7 +18,12 @@ What lands in --out (default dist/), for version vX.Y.Z:
                                                   (tar): an index of linux/amd64 + linux/arm64
     flux-plunger-X.Y.Z.tgz                        the chart (helm package), image pinned by digest
     image-digest.txt                              the image's digest (what the chart pins)
+    kubectl-flux-plunger-vX.Y.Z.image.spdx.json   the image's SBOM (syft; linux/amd64)
+    kubectl-flux-plunger-vX.Y.Z.python.spdx.json  the locked Python dependencies' SBOM (syft)
     SHA256SUMS                                    sha256sum -c format, every file above
+
+The SBOMs are written by hack/release_sign.py, which also signs the release once built
+(release.yml: keyless; the release tier: with a test key).
 
 Inputs are the commit only: the build exports it with ``git archive`` into a temporary tree
 (the work tree's uncommitted changes are not part of a release), and SOURCE_DATE_EPOCH is
@@ -35,7 +40,8 @@ base image's layers as they are (``--base-image``: an OCI image layout, e.g. ``c
 --format=oci python:3.12-slim@sha256:… DIR``; release.yml does that), plus one layer per
 platform holding /opt/flux-plunger (the locked wheels of controller/requirements.lock for that
 platform and the base's Python, installed with ``pip install --target``, and this wheel) and
-/licenses/LICENSE.  Config as controller/Containerfile's: ENTRYPOINT kubectl-flux_plunger, CMD
+/licenses/LICENSE; the package's dist-info is kept (minus RECORD) so that an SBOM scanner
+finds it.  Config as controller/Containerfile's: ENTRYPOINT kubectl-flux_plunger, CMD
 serve, USER 65532:65532, ports 8080 8081, PYTHONDONTWRITEBYTECODE (no bytecode is shipped:
 compiling it needs the base's own interpreter), labels org.opencontainers.image.{source,
 revision,version,created}.  Platforms are those of the base among --platforms.
@@ -66,6 +72,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "hack"))
+
+sys.path.insert(1, str(ROOT / "hack"))
+import release_sign  # noqa: E402 - hack/release_sign.py: the SBOMs (and, after the build, signing)
 
 PACKAGE = "kubectl_flux_plunger"
 DIST_NAME = "kubectl_flux_plunger"
@@ -359,8 +368,10 @@ def install_app(tree: Path, wheel: Path, arch: str, pyver: str, wheels: Path, de
              "--no-warn-script-location", *pip_selection(arch, pyver), "-r", str(lock)],
             what=f"pip install --target of the locked wheels ({arch})")
     with zipfile.ZipFile(wheel) as zf:  # this project: a pure wheel, unpacked as pip would
-        for name in zf.namelist():
-            if name.startswith(f"{PACKAGE}/"):
+        for name in zf.namelist():  # (its dist-info too: what an SBOM scanner reads)
+            if name.startswith(f"{PACKAGE}/") or (
+                    name.startswith(f"{DIST_NAME}-") and ".dist-info/" in name
+                    and not name.endswith("/RECORD")):
                 target = lib / name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(zf.read(name))
@@ -640,6 +651,10 @@ def release(args: argparse.Namespace) -> Path:
         chart = build_chart(tree, out, version=version, image=args.image, digest=digest,
                             epoch=epoch, helm=args.helm or find_helm())
         log(f"{chart.name}: image {args.image}:{version}@{digest}")
+        sboms = release_sign.write_sboms(
+            out, version=version, repo=args.repo, epoch=epoch, image_oci_tar=oci,
+            locks=release_sign.python_locks(tree, lock_without_build_tools(tree)))
+        log(", ".join(p.name for p in sboms) + " (syft, SPDX JSON)")
     count = len(write_sums(out).read_text().splitlines())
     if final.exists():
         shutil.rmtree(final)

@@ -56,9 +56,10 @@ fi
 # the krew archive's build virtualenv (PyInstaller + the locked dependencies), made once and
 # cached under ~/.cache/kubectl-flux-plunger/binary (for build.py --check --offline)
 .venv/bin/python krew/build.py --fetch
-# kube-apiserver, etcd, CRDs, helm-controller, krew, ..., promtool (each built once, then
-# cached; promtool: the alert-rule tests and hack/lint.sh's `promtool check rules`)
-.venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm notification-controller notification-crds registry crane actionlint promtool}
+# kube-apiserver, etcd, CRDs, helm-controller, krew, ..., promtool, cosign, syft (each built
+# once, then cached; promtool: the alert-rule tests and hack/lint.sh's `promtool check rules`;
+# cosign and syft: the release tier's signatures and SBOMs, issue 31)
+.venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm notification-controller notification-crds registry crane actionlint promtool cosign syft}
 # the release tier (tests/release): the image's locked wheels and the dependencies' wheels, once
 .venv/bin/python hack/release.py --fetch
 .venv/bin/python hack/release.py --fetch --platforms linux/amd64 --base-python 3.11  # the Debian base

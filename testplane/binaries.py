@@ -97,6 +97,13 @@ TARGETS = {
     "promtool": Target("promtool", "promtool", "github.com/prometheus/prometheus",
                        "github.com/prometheus/prometheus/cmd/promtool",
                        tags=("remove_all_sd",)),
+    # signing and SBOMs (issue 31): cosign signs and verifies the image, the chart and the
+    # blobs with a test key; syft writes the SPDX SBOMs
+    "cosign": Target("cosign", "cosign", "github.com/sigstore/cosign/v3",
+                     "github.com/sigstore/cosign/v3/cmd/cosign",
+                     ldflags=("-X sigs.k8s.io/release-utils/version.gitVersion={version}",)),
+    "syft": Target("syft", "syft", "github.com/anchore/syft", "github.com/anchore/syft/cmd/syft",
+                   ldflags=("-X main.version={bare}",)),
     # the Flux CLI as a plugin host (tests/cli); only `flux install` reads the embedded
     # manifests, so one placeholder stands in for them
     "flux": Target("flux", "flux", "github.com/fluxcd/flux2/v2", "github.com/fluxcd/flux2/v2/cmd/flux",
@@ -237,7 +244,7 @@ def ensure(name: str, log=sys.stderr) -> Path:
     ldflags = ["-s", "-w"]
     if target.module == "k8s.io/kubernetes":
         ldflags += list(_k8s_ldflags(version))
-    ldflags += [f.format(bare=version.lstrip("v")) for f in target.ldflags]
+    ldflags += [f.format(bare=version.lstrip("v"), version=version) for f in target.ldflags]
     tmp = out_dir / f".{name}.tmp{os.getpid()}"
     tags = ["-tags", ",".join(target.tags)] if target.tags else []
     cmd = [_go(), "build", "-trimpath", *tags, "-ldflags", " ".join(ldflags), "-o", str(tmp),

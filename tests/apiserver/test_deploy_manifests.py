@@ -264,6 +264,29 @@ def test_the_same_release_in_two_namespaces_never_shares_an_object(plane, helm, 
     assert ("ClusterRole", cluster_name()) in kz and ("ClusterRoleBinding", cluster_name()) in kz
 
 
+def test_chart_from_an_oci_repository_renders_labels_the_apiserver_accepts(plane, helm, cluster,
+                                                                         tmp_path):
+    """helm-controller installs a chartRef'd OCIRepository's chart with the digest as build
+    metadata in its version (X.Y.Z+<12 hex>, issue 31): helm.sh/chart must not carry the "+",
+    which no label value may hold (the real apiserver refuses the object otherwise)."""
+    import shutil
+
+    ns = cluster.namespace("chart-oci")
+    chart = tmp_path / "flux-plunger"
+    shutil.copytree(CHART_DIR, chart)
+    meta = chart / "Chart.yaml"
+    version = yaml.safe_load(meta.read_text())["version"]
+    meta.write_text(re.sub(r"(?m)^version: .*$", f"version: {version}+73ef7b251b49", meta.read_text()))
+    proc = subprocess.run([str(helm), "template", "flux-plunger", str(chart), "--namespace", ns],
+                          capture_output=True, text=True, timeout=60, env=dict(os.environ, **HELM_ENV))
+    assert proc.returncode == 0, proc.stderr
+    docs = _docs(proc.stdout)
+    assert {d["metadata"]["labels"]["helm.sh/chart"] for d in docs} == {
+        f"flux-plunger-{version}_73ef7b251b49"}
+    out = apply(plane, docs, "test-chart-oci")
+    assert out.count("serverside-applied") == len(docs), out
+
+
 def test_chart_and_kustomize_render_the_same_controller(helm):
     kz = {(d["kind"], d["metadata"]["name"]): d for d in render_kustomize()}
     ch = {(d["kind"], d["metadata"]["name"]): d for d in render_chart(helm)

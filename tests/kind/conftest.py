@@ -45,10 +45,14 @@ def kind_setup() -> Setup:
 
 # -- the release's registry (issue 21) ------------------------------------------------------
 # The controller runs hack/release.py's image and chart: pushed to a real distribution registry
-# the session starts, the chart installed with `helm upgrade --install oci://…`, the image
-# pulled by the node's containerd by digest through a mirror in the kind config.  The registry
-# listens on the Docker bridge's gateway: the node container reaches the host there (its
-# loopback is its own).  FLUX_PLUNGER_KIND_REGISTRY_HOST names another address.
+# the session starts, signed there by digest with a cosign key pair the session makes (issue
+# 31), the image pulled by the node's containerd by digest through a mirror in the kind config.
+# flux-plunger is installed only through a verified signature: by Flux (an OCIRepository with
+# verify.provider cosign, tests/kind/test_signed_chart_in_kind.py), or with
+# `helm upgrade --install oci://…@DIGEST` of the digest `cosign verify` has just verified
+# (helm_install, verified_chart).  The registry listens on the Docker bridge's gateway: the
+# node container and the pods reach the host there (their loopback is their own).
+# FLUX_PLUNGER_KIND_REGISTRY_HOST names another address.
 RELEASE_REGISTRY = "kfp-registry.local:5000"   # the name the image has in the cluster
 RELEASE_REPO = "cozystack/kubectl-flux-plunger"
 
@@ -156,12 +160,60 @@ def _release_base(setup: Setup, tmp: Path) -> tuple[Path, str | None]:
     return tmp / "base", None
 
 
+COSIGN_PASSWORD = "kind-tier"
+
+
+@pytest.fixture(scope="session")
+def kind_keys(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The session's cosign key pair (cosign generate-key-pair): what signs the release here."""
+    from testplane import binaries
+
+    keys = tmp_path_factory.mktemp("kind-keys")
+    proc = subprocess.run([str(binaries.ensure("cosign")), "generate-key-pair"], cwd=keys,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HOME": str(keys), "COSIGN_PASSWORD": COSIGN_PASSWORD})
+    if proc.returncode != 0:
+        pytest.fail(f"cosign generate-key-pair failed: {proc.stderr.strip()[-1500:]}", pytrace=False)
+    return {"key": keys / "cosign.key", "pub": keys / "cosign.pub"}
+
+
+def cosign_verify(kind_flux: KindFlux, ref: str) -> set[str]:
+    """`cosign verify` of ``ref`` in the session's registry with the session's public key
+    (offline: no transparency log); the digests its signatures are for.  KindError if it
+    does not verify."""
+    from testplane import binaries
+
+    release = kind_flux.release  # type: ignore[attr-defined]
+    proc = subprocess.run([str(binaries.ensure("cosign")), "verify", "--key", str(release["pub"]),
+                           "--insecure-ignore-tlog", "--allow-insecure-registry",
+                           "--allow-http-registry", ref], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "HOME": str(kind_flux.workdir)})
+    if proc.returncode != 0:
+        raise KindError(f"cosign verify {ref} failed: {proc.stderr.strip()[-1000:]}")
+    return {c["critical"]["image"]["docker-manifest-digest"]
+            for line in proc.stdout.splitlines() if line.startswith("[")
+            for c in json.loads(line) if c["critical"]["type"] == "https://sigstore.dev/cosign/sign/v1"}
+
+
+def verified_chart(kind_flux: KindFlux) -> str:
+    """oci://…/flux-plunger@DIGEST: the digest the chart's tag resolves to, once its signature
+    verified with the session's key (what helm then installs: that digest, not the tag)."""
+    release = kind_flux.release  # type: ignore[attr-defined]
+    repo = release["chart"].removeprefix("oci://")
+    digests = cosign_verify(kind_flux, f"{repo}:{release['version']}")
+    if release["chart_digest"] not in digests:
+        raise KindError(f"{repo}:{release['version']} verified, but not as the chart pushed "
+                        f"({release['chart_digest']}): {sorted(digests)}")
+    return f"{release['chart']}@{release['chart_digest']}"
+
+
 @pytest.fixture(scope="session")
 def plunger_image(kind_setup: Setup, kind_flux: KindFlux, kind_registry: str,
-                  tmp_path_factory: pytest.TempPathFactory) -> str:
+                  kind_keys: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> str:
     """The release of this work tree (hack/release.py --worktree: its image and chart), pushed
-    to the session's registry with crane and helm push; the image's name in the cluster (by
-    tag; the chart pins its digest).  ``kind_flux.release`` says where the chart is."""
+    to the session's registry with crane and helm push and signed there by digest with the
+    session's key (hack/release_sign.py sign); the image's name in the cluster (by tag; the
+    chart pins its digest).  ``kind_flux.release`` says where the chart is."""
     import sys
 
     from testplane import binaries
@@ -195,10 +247,20 @@ def plunger_image(kind_setup: Setup, kind_flux: KindFlux, kind_registry: str,
     run(str(binaries.ensure("crane")), "push", "--insecure", str(layout),
         f"{kind_registry}/{RELEASE_REPO}:{version}")
     chart = dist / f"flux-plunger-{version.lstrip('v')}.tgz"
-    run(str(kind_flux.setup.helm), "push", str(chart), f"oci://{kind_registry}/charts", "--plain-http")
+    pushed = run(str(kind_flux.setup.helm), "push", str(chart), f"oci://{kind_registry}/charts",
+                 "--plain-http")
+    chart_digest = next(line.split()[1] for line in pushed.splitlines() if line.startswith("Digest:"))
+    digest = (dist / "image-digest.txt").read_text().strip()
+    env["COSIGN_PASSWORD"] = COSIGN_PASSWORD
+    for ref in (f"{kind_registry}/{RELEASE_REPO}@{digest}",
+                f"{kind_registry}/charts/flux-plunger@{chart_digest}"):
+        run(sys.executable, str(ROOT / "hack" / "release_sign.py"), "sign", ref,
+            "--key", str(kind_keys["key"]), "--insecure-registry")
     kind_flux.release = {"chart": f"oci://{kind_registry}/charts/flux-plunger",  # type: ignore[attr-defined]
-                         "version": version.lstrip("v"),
-                         "digest": (dist / "image-digest.txt").read_text().strip()}
+                         "version": version.lstrip("v"), "digest": digest,
+                         "chart_digest": chart_digest, "chart_file": chart,
+                         "registry": kind_registry, "key": kind_keys["key"],
+                         "pub": kind_keys["pub"]}
     _record("plunger_image", {"build_and_load_s": round(time.monotonic() - started, 1)})
     return f"{RELEASE_REGISTRY}/{RELEASE_REPO}:{version}"
 
@@ -333,18 +395,18 @@ def helm_plunger(kind_flux: KindFlux, plunger_image: str, kind_setup: Setup) -> 
 
 
 def helm_install(kind_flux: KindFlux, image: str, setup: Setup, *extra: str) -> None:
-    """`helm upgrade --install oci://…` of the release's chart from the session's registry
-    (its values pin the image by digest; the uninstall hook runs the same image) with the
-    shortest grace period the chart allows."""
+    """`helm upgrade --install oci://…@DIGEST` of the release's chart from the session's
+    registry, by the digest its signature verified (verified_chart; its values pin the image
+    by digest; the uninstall hook runs the same image) with the shortest grace period the
+    chart allows."""
     repo, _, tag = image.rpartition(":")
     registry, _, repository = repo.partition("/")
-    release = kind_flux.release  # type: ignore[attr-defined]
     # a namespace an earlier test deleted (kustomize's, --wait=false) must be gone first
     wait_until(lambda: (kind_flux.get_json("namespace", PLUNGER_NS) or {}).get(
                    "status", {}).get("phase", "Active") == "Active", 180,
                f"namespace {PLUNGER_NS} to finish terminating")
-    args = ["upgrade", "--install", "flux-plunger", release["chart"], "--version",
-            release["version"], "--plain-http", "-n", PLUNGER_NS, "--create-namespace",
+    args = ["upgrade", "--install", "flux-plunger", verified_chart(kind_flux),
+            "--plain-http", "-n", PLUNGER_NS, "--create-namespace",
             "--set", f"image.registry={registry}", "--set", f"image.repository={repository}",
             "--set", f"image.tag={tag}", "--set", f"shutdownGracePeriodSeconds={GRACE}"]
     kind_flux.helm(*args, *extra)

@@ -1,6 +1,7 @@
 """flux-plunger's own image as its users run it, in a kind cluster with Flux:
 
-2. installed by `helm install` of the chart (and by the kustomize base): Ready, leads with its
+2. installed by `helm install` of the chart's verified digest (and by the kustomize base, the
+   image pinned by its verified digest): Ready, leads with its
    in-cluster ServiceAccount, recovers a release broken as the e2e tier breaks them; pod logs
    and /metrics show it.
 3. a rolling update: the old pod drains on SIGTERM within its grace period, the new one leads
@@ -28,8 +29,9 @@ from testplane.cluster import Cluster
 from testplane.helmctl import break_release, is_ready, ready, request_reconcile
 from testplane.kind import FLUX_NS, KindFlux, Setup, wait_until
 
-from .conftest import (DRAIN, GRACE, PLUNGER_NS, ROOT, HRWatch, Plunger, fenced, helm_install,
-                       fence_lines, install_release, scale, skip_reason, start_inflight, stuck, suspended)
+from .conftest import (DRAIN, GRACE, PLUNGER_NS, RELEASE_REPO, ROOT, HRWatch, Plunger,
+                       cosign_verify, fenced, fence_lines, helm_install, install_release, scale,
+                       skip_reason, start_inflight, stuck, suspended)
 
 pytestmark = pytest.mark.skipif(bool(skip_reason()), reason=skip_reason())
 
@@ -341,12 +343,16 @@ def test_kustomize_base_installs_a_controller_that_recovers(
         kind_flux: KindFlux, kcluster: Cluster, plunger_image: str, tmp_path: Path) -> None:
     if kind_flux.helm("status", "flux-plunger", "-n", PLUNGER_NS, check=False).returncode == 0:
         kind_flux.helm("uninstall", "flux-plunger", "-n", PLUNGER_NS, "--timeout", "5m", timeout=400)
+    # the image by the digest its signature verified (the kustomize base has no chart to pin it)
+    release = kind_flux.release  # type: ignore[attr-defined]
+    digest = release["digest"]
+    assert digest in cosign_verify(kind_flux, f"{release['registry']}/{RELEASE_REPO}@{digest}")
     repo, _, tag = plunger_image.rpartition(":")
     base = os.path.relpath(ROOT / "controller" / "kustomize", tmp_path)
     (tmp_path / "kustomization.yaml").write_text(
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
         f"resources:\n- {base}\n"
-        f"images:\n- name: kubectl-flux-plunger\n  newName: {repo}\n  newTag: {tag}\n")
+        f"images:\n- name: kubectl-flux-plunger\n  newName: {repo}\n  digest: {digest}\n")
     kind_flux.kubectl("apply", "--server-side", "-k", str(tmp_path), timeout=120)
     plunger = Plunger(kind_flux)
     try:

@@ -18,7 +18,7 @@ from testplane.helmctl import break_release, is_ready, request_reconcile
 from testplane.kind import FLUX_NS, KindFlux, Setup, wait_until
 
 from .conftest import (GRACE, PLUNGER_NS, Plunger, fenced, install_release, pod_ready,
-                       scale, skip_reason, stuck, suspended)
+                       scale, skip_reason, stuck, suspended, verified_chart)
 
 pytestmark = pytest.mark.skipif(bool(skip_reason()), reason=skip_reason())
 
@@ -54,12 +54,12 @@ class Shard(Plunger):
 
     def install(self, image: str, *extra: str) -> None:
         """The release's chart from the session's OCI registry (as conftest.helm_install
-        installs it: the image pinned by digest), as this shard's release."""
+        installs it: by the digest its signature verified, the image pinned by digest), as
+        this shard's release."""
         repo, _, tag = image.rpartition(":")
         registry, _, repository = repo.partition("/")
-        release = self.kind_flux.release  # type: ignore[attr-defined]
-        self.kind_flux.helm("upgrade", "--install", self.release, release["chart"], "--version",
-                            release["version"], "--plain-http", "-n", PLUNGER_NS,
+        self.kind_flux.helm("upgrade", "--install", self.release, verified_chart(self.kind_flux),
+                            "--plain-http", "-n", PLUNGER_NS,
                             "--create-namespace", "--set", f"image.registry={registry}",
                             "--set", f"image.repository={repository}",
                             "--set", f"image.tag={tag}", "--set",

@@ -1,7 +1,8 @@
 """hack/release.py: one command builds every artifact of a commit into dist/.
 
 * dist/ holds the wheel, the sdist, the krew archive and manifest, the image (OCI layout
-  tar), the chart, image-digest.txt and SHA256SUMS, and `sha256sum --check` accepts it;
+  tar), the chart, image-digest.txt, the image's and the Python dependencies' SPDX SBOMs and
+  SHA256SUMS, and `sha256sum --check` accepts it;
 * a second build of the same commit gives byte-identical files (every one);
 * `twine check --strict` passes on the wheel and the sdist;
 * the krew archive is this machine's self-contained binary (linux/amd64); the krew manifest is
@@ -40,6 +41,8 @@ EXPECTED = {
     f"kubectl-flux-plunger-{VERSION}.oci.tar",
     f"flux-plunger-{X_Y_Z}.tgz",
     "image-digest.txt",
+    f"kubectl-flux-plunger-{VERSION}.image.spdx.json",     # syft's SBOMs (issue 31)
+    f"kubectl-flux-plunger-{VERSION}.python.spdx.json",
     "SHA256SUMS",
 }
 HEAD = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
@@ -150,6 +153,9 @@ def test_image_is_a_two_platform_index_labelled_with_source_revision_version(dis
             assert {(m.uid, m.gid, m.uname, m.gname) for m in layer.getmembers()} == {(0, 0, "", "")}
             assert layer.getmember("opt/flux-plunger/bin/kubectl-flux_plunger").mode == 0o755
             assert "opt/flux-plunger/lib/kubectl_flux_plunger/entry.py" in names
+            # its dist-info (what an SBOM scanner reads), without the installer's RECORD
+            info = f"opt/flux-plunger/lib/kubectl_flux_plunger-{X_Y_Z}.dist-info"
+            assert f"{info}/METADATA" in names and f"{info}/RECORD" not in names
             assert "licenses/LICENSE" in names
             assert not [n for n in names if n.endswith(".pyc") or "/bin/pip" in n]
             assert not [n for n in names if n.startswith("opt/flux-plunger/lib/setuptools")]

@@ -81,3 +81,60 @@ def test_release_builds_and_smoke_tests_every_platform_on_its_own_runner():
     uploads = [s for s in final["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
     assert uploads and uploads[0]["with"]["name"] == "dist" and uploads[0]["with"]["overwrite"]
     assert "krew-manifest" in jobs["github-release"]["needs"]
+
+
+def test_release_signs_keyless_by_digest_and_attests_provenance_and_the_sbom():
+    """Issue 31: only the signing jobs get an OIDC token; the image and the chart are signed by
+    digest (hack/release_sign.py refuses a tag), the image's SBOM attested, every krew
+    archive and SHA256SUMS signed as blobs, build provenance for every asset, the image and
+    the chart; the bundles are release assets."""
+    release = yaml.safe_load((WORKFLOWS / "release.yml").read_text())
+    jobs = release["jobs"]
+    oidc = {name for name, job in jobs.items()
+            if (job.get("permissions") or {}).get("id-token") == "write"}
+    assert oidc == {"pypi", "sign", "ghcr"}
+    assert "id-token" not in (release.get("permissions") or {})
+    setup = next(s for s in jobs["build"]["steps"] if "TESTBIN_TARGETS" in s.get("env", {}))
+    assert {"cosign", "syft"} <= set(setup["env"]["TESTBIN_TARGETS"].split())  # the release tier's
+
+    def runs(job: str) -> str:
+        return "\n".join(s.get("run", "") for s in jobs[job]["steps"])
+
+    def attests(job: str) -> list[dict]:
+        return [s.get("with", {}) for s in jobs[job]["steps"]
+                if s.get("uses", "").startswith("actions/attest-build-provenance@")]
+
+    assert "hack/release_sign.py sign-blobs dist" in runs("sign")
+    assert attests("sign") == [{"subject-path": "dist/*"}]
+    assert jobs["sign"]["permissions"]["attestations"] == "write"
+    ghcr = runs("ghcr")
+    assert 'release_sign.py sign "$IMAGE@$IMAGE_DIGEST"' in ghcr
+    assert 'release_sign.py sign "${CHARTS#oci://}/flux-plunger@$CHART_DIGEST"' in ghcr
+    assert 'release_sign.py attest "$IMAGE@$IMAGE_DIGEST"' in ghcr
+    assert ".image.spdx.json" in ghcr
+    assert [a.get("push-to-registry") for a in attests("ghcr")] == [True, True]
+    assert {a["subject-digest"] for a in attests("ghcr")} == {
+        "${{ steps.push.outputs.image-digest }}", "${{ steps.push.outputs.chart-digest }}"}
+    assert "sign" in jobs["github-release"]["needs"]
+    downloaded = [s["with"]["name"] for s in jobs["github-release"]["steps"]
+                  if s.get("uses", "").startswith("actions/download-artifact@")]
+    assert downloaded == ["dist", "signatures"]
+
+
+def test_no_job_downloads_dist_while_krew_manifest_overwrites_it():
+    """krew-manifest replaces the build's ``dist`` artifact (overwrite: delete, then upload);
+    every other job that downloads ``dist`` runs after it, never beside it."""
+    jobs = yaml.safe_load((WORKFLOWS / "release.yml").read_text())["jobs"]
+
+    def needs(name: str) -> set[str]:
+        direct = jobs[name].get("needs") or []
+        direct = [direct] if isinstance(direct, str) else direct
+        return set(direct).union(*(needs(n) for n in direct)) if direct else set()
+
+    readers = [name for name, job in jobs.items()
+               if any(s.get("uses", "").startswith("actions/download-artifact@")
+                      and (s.get("with") or {}).get("name") == "dist" for s in job["steps"])]
+    assert {"pypi", "ghcr", "sign", "github-release"} <= set(readers)
+    for name in readers:
+        if name != "krew-manifest":
+            assert "krew-manifest" in needs(name), name

@@ -64,7 +64,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/part-of: flux-plunger
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- /* a chart from an OCIRepository (Flux chartRef) has version X.Y.Z+<digest>: no "+" in a label */}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end -}}
 
 {{- define "flux-plunger.image" -}}
