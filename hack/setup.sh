@@ -3,19 +3,72 @@
 # test dependencies, and the real test binaries compiled from Go modules (cached outside
 # the work tree, keyed by version; rebuilt only when missing).
 #
-#   ./hack/setup.sh          everything the test suite runs on (./hack/test.sh calls it)
-#   ./hack/setup.sh --demo   only what ./hack/demo.sh runs: the venv with the package (and
-#                            cryptography, for the control plane's PKI), kube-apiserver,
-#                            etcd, the Flux CRDs and helm-controller
+#   ./hack/setup.sh                everything the test suite runs on: --stage early, then late
+#   ./hack/setup.sh --demo         only what ./hack/demo.sh runs: the venv with the package (and
+#                                  cryptography, for the control plane's PKI), kube-apiserver,
+#                                  etcd, the Flux CRDs and helm-controller
+#   ./hack/setup.sh --stage early  the venv and what lint and the unit, cli, apiserver and e2e
+#                                  tiers run on
+#   ./hack/setup.sh --stage late   the rest, in the order hack/test.sh's later tiers need it:
+#                                  the kind tier's ("kind"), the release tier's ("release"),
+#                                  the compatibility stage's ("compat"); with SETUP_MARKS=DIR
+#                                  each part writes DIR/PART.done when it is ready.
+#                                  hack/test.sh runs it in the background, at nice 19, while
+#                                  the first tiers run (a cold machine builds for ~30 min)
+#
+# Binaries are built two at a time (testplane.binaries --jobs 2): one Go build leaves a core
+# idle while it downloads modules or links; a second one fills it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 demo=0
+stage=all
 case "${1:-}" in
   --demo) demo=1 ;;
+  --stage)
+    case "${2:-}" in
+      early|late) stage=$2 ;;
+      *) echo "usage: $0 [--demo | --stage early|late]" >&2; exit 2 ;;
+    esac ;;
   "") ;;
-  *) echo "usage: $0 [--demo]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--demo | --stage early|late]" >&2; exit 2 ;;
 esac
+bins() { .venv/bin/python -m testplane.binaries --jobs 2 "$@"; }
+mark() { if [ -n "${SETUP_MARKS:-}" ]; then mkdir -p "$SETUP_MARKS" && touch "$SETUP_MARKS/$1.done"; fi; }
+
+late() {
+  # --- the kind tier's ("kind") -----------------------------------------------------------
+  # cosign (the chart is installed only through a verified signature), crane and the registry
+  # (the release's image and chart are pulled from it).  FLUX_PLUNGER_KIND_BUILD=1
+  # (hack/test.sh sets it with KIND_ENGINE=start) also builds what the kind tier runs on a
+  # machine that cannot pull images: kind, crictl, the Kubernetes node binaries and
+  # source-controller from Go modules, then the node image, Flux's controller images and the
+  # Python base (testplane/images.py; Debian rootfs via debootstrap).  All cached by version;
+  # a warm cache builds nothing.  Needs a running Docker engine (DOCKER_HOST).
+  bins cosign crane registry >/dev/null
+  if [ "${FLUX_PLUNGER_KIND_BUILD:-}" = 1 ]; then
+    bins kind crictl kubeadm kubelet kubectl kube-controller-manager kube-scheduler \
+      kube-proxy source-controller >/dev/null
+    .venv/bin/python -m testplane.images all
+  fi
+  mark kind
+  # --- the release tier's ("release") ------------------------------------------------------
+  # actionlint, syft (the SBOMs, issue 31); the image's locked wheels and the dependencies'
+  # wheels, once
+  bins actionlint syft >/dev/null
+  .venv/bin/python hack/release.py --fetch
+  .venv/bin/python hack/release.py --fetch --platforms linux/amd64 --base-python 3.11  # the Debian base
+  mark release
+  # --- the compatibility stage's ("compat") ------------------------------------------------
+  # the older versions hack/test.sh's compatibility stage runs on (issue 19)
+  FLUX_PLUNGER_KUBE_VERSION=v1.33.13 bins kube-apiserver >/dev/null
+  FLUX_PLUNGER_HELM_CONTROLLER_VERSION=v1.4.3 bins helm-controller crds >/dev/null
+  mark compat
+}
+if [ "$stage" = late ]; then
+  late
+  exit 0
+fi
 
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
@@ -50,35 +103,17 @@ if ! command -v go >/dev/null 2>&1 && [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
 fi
 if [ "$demo" = 1 ]; then
   # the demo: a control plane and the real helm-controller, nothing of the test matrix
-  exec .venv/bin/python -m testplane.binaries kube-apiserver etcd crds helm-controller
+  exec .venv/bin/python -m testplane.binaries --jobs 2 kube-apiserver etcd crds helm-controller
 fi
 
 # the krew archive's build virtualenv (PyInstaller + the locked dependencies), made once and
 # cached under ~/.cache/kubectl-flux-plunger/binary (for build.py --check --offline)
 .venv/bin/python krew/build.py --fetch
-# kube-apiserver, etcd, CRDs, helm-controller, krew, ..., promtool, cosign, syft (each built
-# once, then cached; promtool: the alert-rule tests and hack/lint.sh's `promtool check rules`;
-# cosign and syft: the release tier's signatures and SBOMs, issue 31)
-.venv/bin/python -m testplane.binaries ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm notification-controller notification-crds registry crane actionlint promtool cosign syft}
-# the release tier (tests/release): the image's locked wheels and the dependencies' wheels, once
-.venv/bin/python hack/release.py --fetch
-.venv/bin/python hack/release.py --fetch --platforms linux/amd64 --base-python 3.11  # the Debian base
-
-# the older versions hack/test.sh's compatibility stage runs on (issue 19), and the real flux
-# CLI (the cli tier's plugin host)
-FLUX_PLUNGER_KUBE_VERSION=v1.33.13 .venv/bin/python -m testplane.binaries kube-apiserver
-FLUX_PLUNGER_HELM_CONTROLLER_VERSION=v1.4.3 .venv/bin/python -m testplane.binaries helm-controller crds
-.venv/bin/python -m testplane.binaries flux
-
-# --- kind tier (issue 11): only when asked ------------------------------------------------
-# FLUX_PLUNGER_KIND_BUILD=1 (hack/test.sh sets it with KIND_ENGINE=start) builds what the kind
-# tier runs on a machine that cannot pull images: kind, crictl, the Kubernetes node binaries
-# and source-controller from Go modules, then the node image, Flux's controller images and
-# the Python base (testplane/images.py; Debian rootfs via debootstrap).  All cached by version;
-# a warm cache builds nothing.  Needs a running Docker engine (DOCKER_HOST).
-if [ "${FLUX_PLUNGER_KIND_BUILD:-}" = 1 ]; then
-  nice -n 19 .venv/bin/python -m testplane.binaries kind crictl kubeadm kubelet kubectl \
-    kube-controller-manager kube-scheduler kube-proxy source-controller
-  nice -n 19 .venv/bin/python -m testplane.images all
+# what lint and the first tiers run on (each built once, then cached): kube-apiserver, etcd,
+# the CRDs, helm-controller, notification-controller (the e2e tier's Flux notifications),
+# krew, helm, promtool (the alert-rule tests and hack/lint.sh's `promtool check rules`) and
+# the real flux CLI (the cli tier's plugin host).  TESTBIN_TARGETS names another set.
+bins ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm notification-controller notification-crds promtool flux}
+if [ "$stage" = all ]; then
+  late
 fi
-# --- end kind tier --------------------------------------------------------------------------
