@@ -257,8 +257,9 @@ class CountedServe:
     whose audit line comes at its end) — and ``settled()`` holds, stops serve (what it
     sends on SIGTERM, its drain, is not counted) and returns every request serve sent about
     the release since ``mark()``, by arrival: the release by name, its Helm storage Secrets
-    and Events in the namespace — not serve's Lease renewals or its namespace-wide LIST and
-    WATCH, which are not per recovery."""
+    and Events in the namespace — not serve's Lease renewals, its namespace-wide LIST and
+    WATCH or its start-up LIST of Warning Events (the hints, done before ``mark()``), which
+    are not per recovery."""
 
     def __init__(self, plane, cluster, ns: str, tmp_path):
         import copy
@@ -283,6 +284,8 @@ class CountedServe:
         try:
             eventually(lambda: cluster.kube.get_lease(ns, C.LEASE_NAME), 30, "serve leading")
             eventually(self.serve.ready, 30, "serve ready (its LIST done)")
+            eventually(lambda: "start-up hints: " in self.serve.text(), 30,
+                       "serve's start-up hints done (its LIST of Events)")
         except BaseException:
             self.serve.kill()
             raise
