@@ -27,7 +27,8 @@
   that pass judged, or an older one.  resourceVersions that do not compare
   (``objects.compare_resource_versions``) are taken as newer: nothing is skipped.
 * ``add_first`` queues a key ahead of every other (serve's start-up hints: releases
-  helm-controller has just reported stuck, before the sync reaches them).
+  helm-controller has just reported stuck, before the sync reaches them) — unless the
+  running sync has queued it and a pass has already taken it (``add(listed=True)``).
 
 Only keys are held, never objects: decisions re-read the release.
 """
@@ -92,16 +93,20 @@ class WorkQueue:
         self._dirty_rv: dict[str, str] = {}
         self._settled: dict[str, str] = {}
         self._position = ""
+        self._listed: set[str] = set()  # the keys the running (or last) sync queued
         self.skipped = 0  # changes skipped as already judged (for tests and diagnostics)
 
     # -- adding ------------------------------------------------------------------
 
-    def add(self, key: str, resource_version: str | None = None) -> None:
+    def add(self, key: str, resource_version: str | None = None, *, listed: bool = False) -> None:
         """Queue ``key`` now — unless it is backing off after a failure: then the armed
         retry stands (our own writes during a failed pass re-trigger the watch, and must
         not turn the backoff into a hot loop) — or ``resource_version`` (the change that
-        adds it) is no newer than where a pass settled the release."""
+        adds it) is no newer than where a pass settled the release.  ``listed``: the sync
+        read it (``add_first`` leaves such a key alone once its pass has begun)."""
         with self._cond:
+            if listed:
+                self._listed.add(key)
             if resource_version is not None and self._judged_locked(key, resource_version):
                 self.skipped += 1
                 return
@@ -111,10 +116,14 @@ class WorkQueue:
     def add_first(self, key: str) -> bool:
         """Queue ``key`` ahead of every key ``add`` queued: a key already waiting moves to
         the front.  One being processed is left to its pass (a change meanwhile is the
-        watch's to report), one backing off to its armed retry.  Returns whether the key is
-        now ahead of the others."""
+        watch's to report), one backing off to its armed retry, and one the running sync
+        queued and a pass has taken since to that pass (the sync got there first; a change
+        after its read is the watch's to report).  Returns whether the key is now ahead of
+        the others."""
         with self._cond:
             if self._shutdown or key in self._processing or self._backing_off_locked(key):
+                return False
+            if key in self._listed and key not in self._dirty:
                 return False
             if key in self._dirty:
                 if key in self._first:
@@ -128,10 +137,12 @@ class WorkQueue:
             return True
 
     def relisting(self) -> None:
-        """A sync starts a new stream: the old stream's expectations and position go."""
+        """A sync starts a new stream: the old stream's expectations and position go, and
+        so do the keys the last sync queued."""
         with self._cond:
             self._settled.clear()
             self._position = ""
+            self._listed.clear()
 
     def caught_up(self, resource_version: str) -> None:
         """The watch has delivered every change up to ``resource_version`` (an event's or a

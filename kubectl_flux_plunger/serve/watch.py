@@ -91,7 +91,9 @@ class Source(Protocol):
 class Keys(Protocol):
     """Where selected keys go (``queue.WorkQueue``), with the resourceVersion of the change."""
 
-    def add(self, key: str, resource_version: str | None = None) -> None: ...
+    def add(
+        self, key: str, resource_version: str | None = None, *, listed: bool = False
+    ) -> None: ...
 
     def relisting(self) -> None: ...
 
@@ -130,7 +132,8 @@ class _Sync:
             self.queued += 1
             # with its rv: a pass that already settled the release at this state or a newer
             # one (a start-up hint's) has judged it
-            queue.add(key, (hr.get("metadata") or {}).get("resourceVersion") or None)
+            rv = (hr.get("metadata") or {}).get("resourceVersion") or None
+            queue.add(key, rv, listed=True)
 
 
 def _initial_events_end(event: Obj) -> bool:

@@ -443,6 +443,20 @@ def test_add_first_goes_ahead_of_every_queued_key_and_moves_a_waiting_one(q):
     assert q.adds == 4                                      # c moved, not added twice
 
 
+def test_add_first_leaves_a_key_the_sync_queued_to_it_once_its_pass_began(q):
+    q.relisting()
+    q.add("ns/a", "5", listed=True)
+    q.add("ns/b", "6", listed=True)
+    assert q.add_first("ns/b")            # still waiting: it moves up, nothing more
+    assert q.get(timeout=0) == "ns/b"
+    q.done("ns/b", settled="9")
+    assert not q.add_first("ns/b")        # the sync got there first and its pass is over
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a")
+    q.relisting()                         # the next sync forgets what the last one queued
+    assert q.add_first("ns/b") and q.get(timeout=0) == "ns/b"
+
+
 def test_add_first_leaves_a_key_in_a_pass_or_backing_off_alone(q, clock):
     q.add("ns/a")
     assert q.get(timeout=0) == "ns/a"

@@ -269,9 +269,9 @@ class Recording(WorkQueue):
         super().__init__()
         self.calls: list[tuple] = []
 
-    def add(self, key, resource_version=None):
-        self.calls.append(("add", key, resource_version))
-        super().add(key, resource_version)
+    def add(self, key, resource_version=None, *, listed=False):
+        self.calls.append(("add", key, resource_version) + (("listed",) if listed else ()))
+        super().add(key, resource_version, listed=listed)
 
     def relisting(self):
         self.calls.append(("relisting",))
@@ -295,7 +295,7 @@ def test_watch_events_and_listed_items_reach_the_queue_with_their_resource_versi
     # the LIST is the catch-all: it queues what the whole predicate selects, with the
     # item's rv (a pass that settled it there or later has judged that state); it starts a
     # new stream, and its rv is how far that stream has got
-    assert queue.calls == [("relisting",), ("add", "apps/a", "5"), ("caught_up", "10"),
+    assert queue.calls == [("relisting",), ("add", "apps/a", "5", "listed"), ("caught_up", "10"),
                            ("add", "apps/a", "11"), ("caught_up", "11"),
                            ("caught_up", "12"), ("caught_up", "13"),
                            ("caught_up", "15")]
@@ -411,7 +411,7 @@ def test_a_watch_list_hands_the_queue_what_a_list_would_and_its_bookmark_as_the_
     run_wl([], [stream], queue)
     # initial events are the catch-all (with their rv, as LIST items); the end bookmark is
     # the LIST's rv; the stream goes on as the watch
-    assert queue.calls == [("relisting",), ("add", "apps/a", "5"), ("caught_up", "10"),
+    assert queue.calls == [("relisting",), ("add", "apps/a", "5", "listed"), ("caught_up", "10"),
                            ("add", "apps/a", "11"), ("caught_up", "11"),
                            ("caught_up", "15")]
 
