@@ -1,18 +1,23 @@
-"""Benchmark: ``serve`` start → first recovery with many HelmReleases (issue #13, item 2).
+"""Benchmark: ``serve`` start → first recovery with many HelmReleases (issue #13, item 2;
+issue 32: the stuck release listed last, against the reference controller).
 
-    .venv/bin/python bench/serve_first_bench.py [--releases 10000] [--runs 3]
+    .venv/bin/python bench/serve_first_bench.py [--releases 10000[,50000...]] [--runs 3]
         [--plane-dir DIR]     # keep etcd's data there: a second run reuses the releases
         [--serve-python PY]   # run serve from another interpreter/tree
         [--serve-root DIR]
         [--before-root DIR]   # also run serve from DIR (e.g. the tree before a change),
                               # alternating with --serve-root run by run, on the same plane
+        [--reference-bin BIN] # also run the reference controller (cozystack's Go
+                              # flux-plunger; built outside this repository), alternating too
+        [--stuck both|last]   # both stuck releases (default), or only the one listed last
 
 1. starts kube-apiserver + etcd (testplane).  With ``--plane-dir`` the etcd data directory is
    kept, so the releases seeded once (the slow part at 50,000) are there on the next run;
    only missing ones are created (concurrently, each with ~2 KiB of ``spec.values`` so pages
    weigh like real releases), in namespace ``bulk``;
 2. per run: one stuck release in namespace ``a-first`` (the first page of an all-namespaces
-   LIST, which is ordered by namespace/name) and one in ``zz-last`` (the last page); a
+   LIST, which is ordered by namespace/name) and one in ``zz-last`` (the last page; with
+   ``--stuck last`` only that one, so it is the first recovery too); a
    simulated helm-controller acknowledges suspensions there (polling every 100 ms); the
    deletes are noticed by watches, so measuring adds no polling load on the apiserver;
 3. starts ``serve`` (leader election on, all namespaces; killed after the run, its Lease
@@ -22,7 +27,18 @@
    initial events of a watch-list), and serve's RSS (VmRSS) and peak RSS (VmHWM) once the
    sync is done and the recoveries are over;
 4. with ``--before-root``, each run is a pair — the tree at ``--before-root`` first, then
-   ``--serve-root`` — and the medians of both and their ratios (after / before) are printed.
+   ``--serve-root`` — and the medians of both and their ratios (after / before) are printed;
+5. with ``--reference-bin``, each run also starts that binary (``--leader-elect``, the
+   admin kubeconfig, metrics off, its probes on loopback).  Its leader election takes the
+   Lease's namespace from the in-cluster file, so it runs in a private mount namespace
+   (``unshare -m``, root) whose ``/run`` is a tmpfs holding
+   ``secrets/kubernetes.io/serviceaccount/namespace`` = ``a-first``: the host is not
+   touched.  Its readiness probe is a ping, so only its recoveries are timed;
+6. every stuck release also gets the Warning Event helm-controller records on a release it
+   finds stuck (``UpgradeFailed``, "… has no deployed releases"; core/v1, source
+   ``helm-controller``): serve's start-up hints (issue 32) read those; the previous serve
+   and the reference ignore them.  With several ``--releases`` (ascending) the plane grows
+   from one to the next and every count is measured in the same invocation.
 
 A benchmark, not a test: it asserts nothing.
 """
@@ -109,8 +125,29 @@ def seed(kube: Kube, n: int, workers: int) -> None:
           f"{workers} concurrent creates)", flush=True)
 
 
+def record_stuck_event(kube: Kube, hr: dict) -> None:
+    """The Warning Event helm-controller records at a failed upgrade of a stuck release (its
+    shape as read from the real helm-controller: tests/e2e/test_serve_hints_e2e.py)."""
+    md = hr["metadata"]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    message = (f"Helm upgrade failed for release {md['namespace']}/{md['name']} with chart "
+               f"demo@0.1.0: \"{md['name']}\" has no deployed releases")
+    kube.request("CREATE", "POST", f"/api/v1/namespaces/{md['namespace']}/events",
+                 content_type=JSON, body={
+                     "apiVersion": "v1", "kind": "Event",
+                     "metadata": {"generateName": f"{md['name']}.", "namespace": md["namespace"]},
+                     "involvedObject": {"apiVersion": C.HR_API_VERSION, "kind": C.HR_KIND,
+                                        "namespace": md["namespace"], "name": md["name"],
+                                        "uid": md["uid"]},
+                     "type": "Warning", "reason": "UpgradeFailed", "message": message,
+                     "source": {"component": "helm-controller"},
+                     "reportingComponent": "helm-controller",
+                     "firstTimestamp": now, "lastTimestamp": now, "count": 1})
+
+
 def prepare_stuck(cluster: Cluster, ns: str, name: str) -> str:
-    """A stuck release with a fresh storage revision; returns the Secret's path."""
+    """A stuck release with a fresh storage revision, and helm-controller's Warning Event on
+    it; returns the Secret's path."""
     ensure_namespace(cluster.kube, ns)
     cluster.delete_hr(ns, name)
     wait_for(lambda: cluster.get(ns, name) is None or _drop_finalizers(cluster, ns, name),
@@ -120,7 +157,7 @@ def prepare_stuck(cluster: Cluster, ns: str, name: str) -> str:
                              f"/api/v1/namespaces/{ns}/secrets/{s['metadata']['name']}")
     cluster.create_hr(ns, name)
     cluster.storage(ns, name, [(1, "superseded"), (2, "uninstalling")])
-    cluster.make_stuck(ns, name)
+    record_stuck_event(cluster.kube, cluster.make_stuck(ns, name))
     return f"/api/v1/namespaces/{ns}/secrets/sh.helm.release.v1.{name}.v2"
 
 
@@ -170,33 +207,59 @@ def drop_lease(cluster: Cluster) -> None:
         pass
 
 
-def one_run(plane: ControlPlane, cluster: Cluster, python: str, root: Path, log: Path) -> dict[str, float]:
+LEASE_NS = "a-first"
+
+
+def serve_argv(python: str, plane: ControlPlane, metrics: int, probe: int) -> list[str]:
+    return [python, "-m", "kubectl_flux_plunger", "serve", "--kubeconfig", str(plane.kubeconfig),
+            "--leader-election-namespace", LEASE_NS,
+            "--metrics-bind-address", f"127.0.0.1:{metrics}",
+            "--health-probe-bind-address", f"127.0.0.1:{probe}"]
+
+
+def reference_argv(binary: Path, plane: ControlPlane, metrics: int, probe: int) -> list[str]:
+    """The reference controller as its chart runs it (``--leader-elect``), out of a cluster:
+    the admin kubeconfig, and the Lease's namespace from an in-cluster namespace file that
+    exists only in its own mount namespace (a tmpfs over ``/run``, so ``/var/run/secrets``)."""
+    del metrics     # metrics off, its default ("0")
+    script = ("mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount"
+              f" && printf %s {LEASE_NS} > /run/secrets/kubernetes.io/serviceaccount/namespace"
+              ' && exec "$0" "$@"')
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, str(binary),
+            "--kubeconfig", str(plane.kubeconfig), "--leader-elect",
+            f"--health-probe-bind-address=127.0.0.1:{probe}", "--zap-log-level=info"]
+
+
+def one_run(plane: ControlPlane, cluster: Cluster, argv_of, root: Path, log: Path,
+            stuck: str, *, readyz: bool = True) -> dict[str, float]:
+    """One start of one controller (``argv_of(plane, metrics, probe)``, run from ``root``)
+    until the stuck releases' Secrets are deleted (and, with ``readyz``, it answers ready)."""
     drop_lease(cluster)
-    first = prepare_stuck(cluster, "a-first", "stuck")
-    last = prepare_stuck(cluster, "zz-last", "stuck")
+    ensure_namespace(cluster.kube, LEASE_NS)
+    paths = {"last": prepare_stuck(cluster, "zz-last", "stuck")}
+    if stuck == "both":
+        paths["first"] = prepare_stuck(cluster, "a-first", "stuck")
     probe, metrics = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     env["PYTHONPATH"] = str(root)
     found: dict[str, float] = {}
-    watches = {"first": DeleteWatch(cluster.kube, first), "last": DeleteWatch(cluster.kube, last)}
+    watches = {what: DeleteWatch(cluster.kube, path) for what, path in paths.items()}
     for w in watches.values():
         w.start()
         w.ready.wait(30)
     with SimulatedHelmController(cluster, "a-first", interval=0.1), \
             SimulatedHelmController(cluster, "zz-last", interval=0.1), open(log, "wb") as fh:
         t0 = time.monotonic()
-        proc = subprocess.Popen(
-            [python, "-m", "kubectl_flux_plunger", "serve", "--kubeconfig", str(plane.kubeconfig),
-             "--leader-election-namespace", "a-first",
-             "--metrics-bind-address", f"127.0.0.1:{metrics}",
-             "--health-probe-bind-address", f"127.0.0.1:{probe}"],
-            stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=str(root))
+        proc = subprocess.Popen(argv_of(plane, metrics, probe), stdout=fh,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=str(root))
         try:
-            ready_at = None
+            ready_at = None if readyz else 0.0
             while (any(w.is_alive() for w in watches.values()) or ready_at is None) \
                     and time.monotonic() - t0 < 600:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+                    raise RuntimeError(f"{argv_of.__name__} exited {proc.returncode}:\n"
+                                       f"{log.read_text()[-3000:]}")
                 if ready_at is None:
                     try:
                         with urllib.request.urlopen(f"http://127.0.0.1:{probe}/readyz",
@@ -246,14 +309,24 @@ def start_plane(workdir: Path) -> ControlPlane:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--releases", type=int, default=10_000)
+    ap.add_argument("--releases", default="10000",
+                    help="HelmReleases in namespace bulk; several, comma-separated, ascending: "
+                         "the plane grows from one count to the next")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="runs of every variant before the counted ones, not counted (the "
+                         "first start of a tree compiles its bytecode and reads it from disk)")
     ap.add_argument("--seed-workers", type=int, default=16)
     ap.add_argument("--plane-dir", type=Path, default=None)
     ap.add_argument("--serve-python", default=sys.executable)
     ap.add_argument("--serve-root", type=Path, default=ROOT)
     ap.add_argument("--before-root", type=Path, default=None)
+    ap.add_argument("--reference-bin", type=Path, default=None)
+    ap.add_argument("--stuck", choices=("both", "last"), default="both")
     a = ap.parse_args()
+    counts = [int(n) for n in a.releases.split(",")]
+    if counts != sorted(counts):
+        ap.error("--releases: ascending counts")
 
     workdir = a.plane_dir or Path(tempfile.mkdtemp(prefix="serve-first-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -262,44 +335,67 @@ def main() -> int:
           f"{os.getloadavg()[0]:.2f}", flush=True)
     kube = plane.kube()
     cluster = Cluster(kube)
-    try:
-        seed(kube, a.releases, a.seed_workers)
-        # a restarted apiserver serves its first full LIST while its watch cache fills: warm
-        # it so every run meets the same apiserver
-        t = time.monotonic()
-        count = sum(len(items) for items, _ in kube.iter_hr_pages(None, None, 500))
-        print(f"warm-up LIST of {count} HelmReleases: {time.monotonic() - t:.1f}s", flush=True)
-        variants = [("after", a.serve_root)]
-        if a.before_root is not None:
-            variants.insert(0, ("before", a.before_root))
-        results: dict[str, list[dict[str, float]]] = {name: [] for name, _ in variants}
-        for i in range(a.runs):
-            for name, root in variants:     # alternating, on one plane
-                log = workdir / f"serve-{name}-{i}.log"
-                r = one_run(plane, cluster, a.serve_python, root, log)
-                r["via_watch_list"] = float('"via":"watch-list"' in log.read_text()
-                                            or "via=watch-list" in log.read_text())
-                results[name].append(r)
-                print(f"run {i + 1} {name} ({root}): first-page release recovered "
-                      f"{r.get('first', float('nan')):.2f}s, last-page release "
-                      f"{r.get('last', float('nan')):.2f}s, ready "
-                      f"{r.get('ready', float('nan')):.2f}s after start; RSS {r['rss']:.1f} MiB "
-                      f"(peak {r['hwm']:.1f} MiB); synced by "
-                      f"{'watch-list' if r['via_watch_list'] else 'LIST'}; load average "
-                      f"{os.getloadavg()[0]:.2f}", flush=True)
 
-        def med(name: str, k: str) -> float:
-            return statistics.median(r.get(k, float("nan")) for r in results[name])
-        for name, _ in variants:
-            print(f"median of {a.runs} {name} with {a.releases} HelmReleases: first recovery "
-                  f"{med(name, 'first'):.2f}s, last-page recovery {med(name, 'last'):.2f}s, "
-                  f"ready {med(name, 'ready'):.2f}s, RSS {med(name, 'rss'):.1f} MiB, peak "
-                  f"{med(name, 'hwm'):.1f} MiB", flush=True)
-        if a.before_root is not None:
-            print("after / before (medians): " + ", ".join(
-                f"{k} {med('after', k) / med('before', k):.2f}x"
-                for k in ("first", "last", "ready", "rss", "hwm")), flush=True)
-        print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
+    def serve_from(python: str):
+        def serve(plane: ControlPlane, metrics: int, probe: int) -> list[str]:
+            return serve_argv(python, plane, metrics, probe)
+        return serve
+
+    def reference(plane: ControlPlane, metrics: int, probe: int) -> list[str]:
+        return reference_argv(a.reference_bin.resolve(), plane, metrics, probe)
+
+    # (name, argv_of, root, serves /readyz)
+    variants = [("after", serve_from(a.serve_python), a.serve_root, True)]
+    if a.before_root is not None:
+        variants.insert(0, ("before", serve_from(a.serve_python), a.before_root, True))
+    if a.reference_bin is not None:
+        variants.append(("reference", reference, workdir, False))
+    metrics_shown = ("last",) + (("first",) if a.stuck == "both" else ()) + (
+        "ready", "rss", "hwm")
+    try:
+        for n in counts:
+            seed(kube, n, a.seed_workers)
+            # a restarted apiserver serves its first full LIST while its watch cache fills:
+            # warm it so every run meets the same apiserver
+            t = time.monotonic()
+            count = sum(len(items) for items, _ in kube.iter_hr_pages(None, None, 500))
+            print(f"warm-up LIST of {count} HelmReleases: {time.monotonic() - t:.1f}s",
+                  flush=True)
+            results: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in variants}
+            for i in range(-a.warmup, a.runs):
+                for name, argv_of, root, readyz in variants:     # alternating, on one plane
+                    log = workdir / f"run-{n}-{name}-{i}.log"
+                    r = one_run(plane, cluster, argv_of, root, log, a.stuck, readyz=readyz)
+                    if i < 0:
+                        print(f"{n} warm-up {name}: last-page release recovered "
+                              f"{r.get('last', float('nan')):.2f}s (not counted)", flush=True)
+                        continue
+                    text = log.read_text(errors="replace")
+                    r["via_watch_list"] = float('"via":"watch-list"' in text
+                                                or "via=watch-list" in text)
+                    results[name].append(r)
+                    print(f"{n} run {i + 1} {name}: last-page release recovered "
+                          f"{r.get('last', float('nan')):.2f}s"
+                          + (f", first-page release {r.get('first', float('nan')):.2f}s"
+                             if a.stuck == "both" else "")
+                          + (f", ready {r.get('ready', float('nan')):.2f}s" if readyz else "")
+                          + f" after start; RSS {r['rss']:.1f} MiB (peak {r['hwm']:.1f} MiB)"
+                          + (f"; synced by {'watch-list' if r['via_watch_list'] else 'LIST'}"
+                             if readyz else "")
+                          + f"; load average {os.getloadavg()[0]:.2f}", flush=True)
+
+            def med(name: str, k: str) -> float:
+                return statistics.median(r.get(k, float("nan")) for r in results[name])
+            for name, *_ in variants:
+                print(f"median of {a.runs} {name} with {n} HelmReleases: " + ", ".join(
+                    f"{k} {med(name, k):.2f}" for k in metrics_shown), flush=True)
+            for base in ("before", "reference"):
+                if base in results:
+                    print(f"{n}: after / {base} (medians): " + ", ".join(
+                        f"{k} {med('after', k) / med(base, k):.2f}x"
+                        for k in metrics_shown if k != "ready" or base != "reference"),
+                        flush=True)
+            print(f"load average {os.getloadavg()[0]:.2f}", flush=True)
     finally:
         kube.close()
         plane.stop()

@@ -878,6 +878,24 @@ class Kube:
     def get_event(self, namespace: str, name: str) -> Obj | None:
         return self._get_or_none(core_path("events", namespace, name))
 
+    def iter_events(
+        self, namespace: str | None, field_selector: str, limit: int = 500
+    ) -> Iterator[Obj]:
+        """The Events ``field_selector`` selects, in ``namespace`` (every namespace when
+        None), one page at a time: a single request unless more than ``limit`` match."""
+        cont = None
+        while True:
+            out = self.request(
+                "LIST",
+                "GET",
+                core_path("events", namespace),
+                query={"fieldSelector": field_selector, "limit": limit, "continue": cont},
+            )
+            yield from out.get("items") or []
+            cont = (out.get("metadata") or {}).get("continue")
+            if not cont:
+                return
+
     def create_event(self, namespace: str, body: Obj) -> Obj:
         return self.request(
             "CREATE",

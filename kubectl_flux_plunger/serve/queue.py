@@ -15,10 +15,20 @@
   A change no newer than that is one the pass already judged — its own writes, and those of
   others its preconditions or its stream saw — so it neither queues the key again after the
   pass nor, delivered late, queues it anew.  The watcher reports how far its stream has got
-  (``caught_up``): an expectation at or below that can skip nothing more and is dropped, so
-  expectations live only while the watch trails a pass's last write; a relist drops them
-  all.  resourceVersions that do not compare (``objects.compare_resource_versions``) are
-  taken as newer: nothing is skipped.
+  (``caught_up``, also at the end of a sync: the rv a LIST or a watch-list's initial events
+  were read at): an expectation at or below that can skip nothing more and is dropped, so
+  expectations live only while the watch trails a pass's last write.  A sync starts a new
+  stream (``relisting``), whose resourceVersions need not follow the old one's (an etcd
+  restored from a backup): the old stream's expectations go then.  Those of passes that
+  settle while the sync runs stay past its end while above its rv — the new stream delivers
+  the changes up to them (a start-up hint's recovery written while the sync was still
+  streaming is not passed again for its own writes).  The sync's items name their
+  resourceVersion too: one no newer than where such a pass settled the release is the state
+  that pass judged, or an older one.  resourceVersions that do not compare
+  (``objects.compare_resource_versions``) are taken as newer: nothing is skipped.
+* ``add_first`` queues a key ahead of every other (serve's start-up hints: releases
+  helm-controller has just reported stuck, before the sync reaches them) — unless the
+  running sync has queued it and a pass has already taken it (``add(listed=True)``).
 
 Only keys are held, never objects: decisions re-read the release.
 """
@@ -68,6 +78,7 @@ class WorkQueue:
         self._backoff = backoff if backoff is not None else Backoff()
         self._cond = threading.Condition()
         self._ready: deque[str] = deque()
+        self._first: deque[str] = deque()  # add_first: handed out before _ready
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
         self._timers: list[tuple[float, int, str]] = []  # heap; stale entries skipped
@@ -82,31 +93,65 @@ class WorkQueue:
         self._dirty_rv: dict[str, str] = {}
         self._settled: dict[str, str] = {}
         self._position = ""
+        self._listed: set[str] = set()  # the keys the running (or last) sync queued
         self.skipped = 0  # changes skipped as already judged (for tests and diagnostics)
 
     # -- adding ------------------------------------------------------------------
 
-    def add(self, key: str, resource_version: str | None = None) -> None:
+    def add(self, key: str, resource_version: str | None = None, *, listed: bool = False) -> None:
         """Queue ``key`` now — unless it is backing off after a failure: then the armed
         retry stands (our own writes during a failed pass re-trigger the watch, and must
         not turn the backoff into a hot loop) — or ``resource_version`` (the change that
-        adds it) is no newer than where a pass settled the release."""
+        adds it) is no newer than where a pass settled the release.  ``listed``: the sync
+        read it (``add_first`` leaves such a key alone once its pass has begun)."""
         with self._cond:
+            if listed:
+                self._listed.add(key)
             if resource_version is not None and self._judged_locked(key, resource_version):
                 self.skipped += 1
                 return
             if not self._backing_off_locked(key):
                 self._add_locked(key, resource_version or "")
 
-    def caught_up(self, resource_version: str, *, relisted: bool = False) -> None:
+    def add_first(self, key: str) -> bool:
+        """Queue ``key`` ahead of every key ``add`` queued: a key already waiting moves to
+        the front.  One being processed is left to its pass (a change meanwhile is the
+        watch's to report), one backing off to its armed retry, and one the running sync
+        queued and a pass has taken since to that pass (the sync got there first; a change
+        after its read is the watch's to report).  Returns whether the key is now ahead of
+        the others."""
+        with self._cond:
+            if self._shutdown or key in self._processing or self._backing_off_locked(key):
+                return False
+            if key in self._listed and key not in self._dirty:
+                return False
+            if key in self._dirty:
+                if key in self._first:
+                    return True
+                self._ready.remove(key)  # O(n), for the few keys hinted at start-up
+            else:
+                self._dirty.add(key)
+                self.adds += 1
+            self._first.append(key)
+            self._cond.notify()
+            return True
+
+    def relisting(self) -> None:
+        """A sync starts a new stream: the old stream's expectations and position go, and
+        so do the keys the last sync queued."""
+        with self._cond:
+            self._settled.clear()
+            self._position = ""
+            self._listed.clear()
+
+    def caught_up(self, resource_version: str) -> None:
         """The watch has delivered every change up to ``resource_version`` (an event's or a
-        bookmark's), or — ``relisted`` — a LIST at it starts a new stream: no expectation
-        at or below it can skip anything more (a relist drops them all)."""
+        bookmark's; or a sync's: a LIST, or a watch-list's initial events, read at it): no
+        expectation at or below it can skip anything more.  One above it stays until the
+        stream gets there."""
         with self._cond:
             self._position = resource_version
-            if relisted:
-                self._settled.clear()
-            elif self._settled:
+            if self._settled:
                 for key, settled in list(self._settled.items()):
                     if _no_newer(settled, resource_version):
                         del self._settled[key]
@@ -191,8 +236,8 @@ class WorkQueue:
                     return None
                 now = self._clock()
                 self._promote_due_locked(now)
-                if self._ready:
-                    key = self._ready.popleft()
+                if self._first or self._ready:
+                    key = (self._first or self._ready).popleft()
                     self._dirty.discard(key)
                     self._processing.add(key)
                     return key
@@ -238,7 +283,7 @@ class WorkQueue:
     def __len__(self) -> int:
         """Keys ready to be processed now (the queue-depth gauge)."""
         with self._cond:
-            return len(self._ready)
+            return len(self._first) + len(self._ready)
 
     def waiting(self) -> int:
         """Keys with an armed timer (requeue-after or backoff)."""

@@ -37,6 +37,7 @@ from ..scope import Scope
 from ..selector import parse as parse_selector
 from .drain import Drainer
 from .health import Endpoints, prometheus_renderer
+from .hints import StartupHints
 from .leader import LeaderElector, identity
 from .logs import fields
 from .metrics import Metrics
@@ -93,6 +94,7 @@ class Controller:
             )
         self.recorder = Recorder(kube, instance=self.identity, notifier=self.notifier)
         self.stopping = threading.Event()  # signal received: take no new work
+        selector = parse_selector(cfg.selector) if cfg.selector else None
         self.watch_stop = threading.Event()
         self.watcher = Watcher(
             kube,
@@ -101,6 +103,14 @@ class Controller:
             selector=cfg.selector,
             resync_period=cfg.resync_period,
             metrics=self.metrics,
+        )
+        # releases helm-controller has just reported stuck, queued ahead of the sync once
+        # this process leads (hints.py)
+        self.hints = StartupHints(
+            kube,
+            self.queue,
+            namespace=cfg.namespace,
+            selector=selector,
         )
         self.elector: LeaderElector | None = None
         self.lease_kube = lease_kube
@@ -139,7 +149,7 @@ class Controller:
         timings = Options(
             # every fresh read that decides is checked against the selector too: a release
             # relabelled out of this shard is left to the shard that selects it now
-            selector=parse_selector(cfg.selector) if cfg.selector else None,
+            selector=selector,
             fence_warn_after=cfg.fence_warn_after,
             fence_recheck=cfg.fence_recheck,
             handshake_timeout=cfg.handshake_timeout,
@@ -208,6 +218,7 @@ class Controller:
                 t = threading.Thread(target=self._work, name=f"worker-{i}", daemon=True)
                 t.start()
                 self.workers.append(t)
+            threading.Thread(target=self.hints.run, name="startup-hints", daemon=True).start()
         log.info("processing HelmReleases", extra=fields(workers=self.cfg.workers))
 
     def _work(self) -> None:

@@ -1,8 +1,8 @@
 """Sync + watch HelmReleases and enqueue the keys the predicate selects (SPEC §8): every
 release the sync reads that ``plan.predicate`` selects, and every watch event
 ``plan.wanted_on_change`` selects (the predicate less helm-controller's writes that another
-of its writes follows), the watch's with its resourceVersion, so the queue skips changes a
-pass already judged.
+of its writes follows), each with its resourceVersion, so the queue skips changes a pass
+already judged (a sync's duplicate of a key a start-up hint queued first, among them).
 
 The sync is one **watch-list** where the server serves them (``Kube.watch_list``): a WATCH
 with ``sendInitialEvents=true`` whose stream starts with every release as an ADDED event
@@ -11,7 +11,8 @@ BOOKMARK annotated ``k8s.io/initial-events-end``, and carries on as the watch �
 the WATCH are one request.  Each initial event is judged and its key queued the moment it is
 decoded, so a stuck release is recovered while the rest of the stream is still arriving; the
 bookmark marks the sync done (``synced``: ``/readyz``; the held keys replaced; the queue's
-expectations dropped, as after a LIST).  A server that refuses the watch-list (400/422: no
+expectations up to it dropped, as after a LIST — those of the old stream went when the sync
+began).  A server that refuses the watch-list (400/422: no
 WatchList) gets the paged LIST instead, from then on (``Kube.watch_list`` is cleared), as
 does one whose watch-lists keep ending before their initial events do.
 
@@ -90,9 +91,13 @@ class Source(Protocol):
 class Keys(Protocol):
     """Where selected keys go (``queue.WorkQueue``), with the resourceVersion of the change."""
 
-    def add(self, key: str, resource_version: str | None = None) -> None: ...
+    def add(
+        self, key: str, resource_version: str | None = None, *, listed: bool = False
+    ) -> None: ...
 
-    def caught_up(self, resource_version: str, *, relisted: bool = False) -> None: ...
+    def relisting(self) -> None: ...
+
+    def caught_up(self, resource_version: str) -> None: ...
 
 
 def _held_since(hr: Obj) -> float | None:
@@ -126,9 +131,12 @@ class _Sync:
             self.owned.add(key)
         if is_stuck(hr):
             self.stuck.add(key)
-        if plan.predicate(hr):  # the catch-all: the whole predicate, unconditionally
+        if plan.predicate(hr):  # the catch-all: the whole predicate, whatever the filter
             self.queued += 1
-            queue.add(key)
+            # with its rv: a pass that already settled the release at this state or a newer
+            # one (a start-up hint's) has judged it
+            rv = (hr.get("metadata") or {}).get("resourceVersion") or None
+            queue.add(key, rv, listed=True)
 
 
 def _initial_events_end(event: Obj) -> bool:
@@ -218,13 +226,13 @@ class Watcher:
 
     def _synced(self, sync: _Sync, rv: str, reason: str, via: str) -> None:
         """A sync is complete at ``rv``: its keys replace the held ones, the queue's
-        expectations go (a new stream), the watch resumes from ``rv``."""
+        expectations at or below ``rv`` go, the watch resumes from ``rv``."""
         with self._lock:
             self._fenced, self._owned, self._held = sync.fenced, sync.owned, sync.held
         if self.metrics is not None:
             self.metrics.left_stuck.keep_only(sync.stuck)
         if rv:
-            self.queue.caught_up(rv, relisted=True)
+            self.queue.caught_up(rv)
         if self.metrics is not None:
             self.metrics.relisted(reason)
         log.info(
@@ -250,6 +258,7 @@ class Watcher:
         """A fresh LIST, page by page; enqueue what the predicate selects.  Returns its rv."""
         sync = _Sync()
         rv = ""
+        self.queue.relisting()
         for items, page_rv in self.kube.iter_hr_pages(
             self.namespace, self.selector, self.page_size
         ):
@@ -269,6 +278,7 @@ class Watcher:
         sync: _Sync | None = _Sync()
         seconds = max(1, min(self.watch_seconds, int(self.resync_period + 0.999)))
         expired = None
+        self.queue.relisting()
         try:
             for event in self.kube.watch_hrs(
                 self.namespace,

@@ -52,7 +52,7 @@ SERVE_ARGS = ["serve", "--leader-elect", "--shutdown-drain-timeout=65s",
 CONTROLLER_CLUSTER_RULES = {
     ("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch", "watch"],
     ("", "secrets"): ["delete", "get", "list"],
-    ("", "events"): ["create", "get", "patch"],
+    ("", "events"): ["create", "get", "list", "patch"],
 }
 LEASE_RULES = {("coordination.k8s.io", "leases"): ["create", "get", "list", "update"]}
 HOOK_CLUSTER_RULES = {("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch"]}

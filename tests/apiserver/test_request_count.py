@@ -270,10 +270,14 @@ class CountedServe:
     sends on SIGTERM, its drain, is not counted) and returns every request serve sent about
     the release since ``mark()``, by arrival: the release by name, its Helm storage Secrets
     and its Events (``_about``) — not serve's Lease renewals and scope checks, its
-    namespace-wide LIST and WATCH, which are not per recovery, nor its passes over other
-    releases of the namespace."""
+    namespace-wide LIST and WATCH or its start-up LIST of Warning Events (the hints, done
+    before ``mark()``), which are not per recovery, nor its passes over other releases of the
+    namespace.  ``args`` go to serve after those; ``cluster_rules`` replace the shipped
+    ClusterRole's; ``logged`` is every request ``about`` counted from.  Without ``mark()``
+    everything from serve's start is counted."""
 
-    def __init__(self, plane, cluster, ns: str, tmp_path):
+    def __init__(self, plane, cluster, ns: str, tmp_path, *args: str,
+                 cluster_rules: list[dict] | None = None):
         import copy
 
         from kubectl_flux_plunger import constants as C
@@ -286,16 +290,20 @@ class CountedServe:
         name = unique("count")
         kc = service_account_kubeconfig(
             plane, name, namespace=ns,
-            cluster_rules=copy.deepcopy(find(docs, "ClusterRole", cluster_name())["rules"]),
+            cluster_rules=copy.deepcopy(find(docs, "ClusterRole", cluster_name())["rules"]
+                                        if cluster_rules is None else cluster_rules),
             namespace_rules={ns: copy.deepcopy(
                 find(docs, "Role", "flux-plunger-leader-election")["rules"])})
         self.plane, self.user = plane, f"system:serviceaccount:{ns}:{name}"
         self.serve = ServeProcess(kc, tmp_path / "serve.log", "--leader-elect",
-                                  f"--leader-election-namespace={ns}", "-n", ns)
+                                  f"--leader-election-namespace={ns}", "-n", ns, *args)
         self.since = 0
+        self.logged: list[dict] = []
         try:
             eventually(lambda: cluster.kube.get_lease(ns, C.LEASE_NAME), 30, "serve leading")
             eventually(self.serve.ready, 30, "serve ready (its LIST done)")
+            eventually(lambda: "start-up hints: " in self.serve.text(), 30,
+                       "serve's start-up hints done (its LIST of Events)")
         except BaseException:
             self.serve.kill()
             raise
@@ -319,6 +327,7 @@ class CountedServe:
         assert code == 0, self.serve.text()
         logged = self.plane.audit_events(since=self.since, user=self.user)
         logged = logged[:len(logged) - len(self.plane.audit_events(since=ended, user=self.user))]
+        self.logged = logged
         return _about(logged, name, conflicts=conflicts)
 
 

@@ -392,16 +392,83 @@ def test_a_no_write_pass_settled_at_its_read_keeps_no_expectation(q):
     assert q._settled == {}               # nothing left to skip, nothing kept
 
 
-def test_a_relist_drops_every_expectation(q):
+def test_a_sync_starting_drops_every_expectation(q):
     for key in ("ns/a", "ns/b"):
         q.add(key, "100")
         assert q.get(timeout=0) == key
         q.done(key, settled="104")
     q.caught_up("103")                    # still behind both
     assert set(q._settled) == {"ns/a", "ns/b"}
-    q.caught_up("90", relisted=True)      # a new stream: expectations of the old one go
+    q.relisting()                         # a new stream (its rvs may not follow: a restore)
     q.add("ns/a", "101")
     assert q.get(timeout=0) == "ns/a" and q._settled == {}
+
+
+def test_a_pass_during_a_sync_folds_the_syncs_copy_and_outlives_its_end(q):
+    """A start-up hint's pass settles (its relinquish at 120) while the sync still streams:
+    the sync's copy of the release (read before, at 90) is the older state, folded; the
+    sync ends at 100 and the stream then delivers the pass's own writes (110, 120): judged,
+    not queued; a change after them is."""
+    q.relisting()
+    assert q.add_first("ns/hinted")
+    assert q.get(timeout=0) == "ns/hinted"
+    q.add("ns/hinted", "90")              # the sync reaches it mid-pass
+    q.done("ns/hinted", settled="120")
+    assert q.get(timeout=0) is None
+    q.add("ns/hinted", "90")              # (or after the pass)
+    q.caught_up("100")                    # the initial-events bookmark
+    q.add("ns/hinted", "110")
+    q.add("ns/hinted", "120")
+    assert q.get(timeout=0) is None and q.skipped == 3
+    q.add("ns/hinted", "130")
+    assert q.get(timeout=0) == "ns/hinted"
+
+
+def test_a_sync_item_newer_than_the_pass_is_queued(q):
+    q.relisting()
+    q.add_first("ns/a")
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a", settled="120")
+    q.add("ns/a", "121")                  # changed since the pass: a new state
+    assert q.get(timeout=0) == "ns/a"
+
+
+def test_add_first_goes_ahead_of_every_queued_key_and_moves_a_waiting_one(q):
+    for key in ("ns/a", "ns/b", "ns/c"):
+        q.add(key)
+    assert q.add_first("ns/z") and q.add_first("ns/c")      # c moves up, z stays first
+    assert q.add_first("ns/z")                              # already ahead: stays put
+    assert len(q) == 4
+    assert [q.get(timeout=0) for _ in range(4)] == ["ns/z", "ns/c", "ns/a", "ns/b"]
+    assert q.adds == 4                                      # c moved, not added twice
+
+
+def test_add_first_leaves_a_key_the_sync_queued_to_it_once_its_pass_began(q):
+    q.relisting()
+    q.add("ns/a", "5", listed=True)
+    q.add("ns/b", "6", listed=True)
+    assert q.add_first("ns/b")            # still waiting: it moves up, nothing more
+    assert q.get(timeout=0) == "ns/b"
+    q.done("ns/b", settled="9")
+    assert not q.add_first("ns/b")        # the sync got there first and its pass is over
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a")
+    q.relisting()                         # the next sync forgets what the last one queued
+    assert q.add_first("ns/b") and q.get(timeout=0) == "ns/b"
+
+
+def test_add_first_leaves_a_key_in_a_pass_or_backing_off_alone(q, clock):
+    q.add("ns/a")
+    assert q.get(timeout=0) == "ns/a"
+    assert not q.add_first("ns/a")        # its pass is running: not queued again
+    q.done("ns/a")
+    assert q.get(timeout=0) is None
+    q.add_rate_limited("ns/b")            # failed before: its retry is armed
+    assert not q.add_first("ns/b") and q.get(timeout=0) is None
+    clock.advance(1)
+    assert q.get(timeout=0) == "ns/b"
+    q.shutdown()
+    assert not q.add_first("ns/c")
 
 
 def test_keys_without_a_resource_version_and_timers_are_never_skipped(q, clock):

@@ -269,16 +269,20 @@ class Recording(WorkQueue):
         super().__init__()
         self.calls: list[tuple] = []
 
-    def add(self, key, resource_version=None):
-        self.calls.append(("add", key, resource_version))
-        super().add(key, resource_version)
+    def add(self, key, resource_version=None, *, listed=False):
+        self.calls.append(("add", key, resource_version) + (("listed",) if listed else ()))
+        super().add(key, resource_version, listed=listed)
 
-    def caught_up(self, resource_version, *, relisted=False):
-        self.calls.append(("caught_up", resource_version, relisted))
-        super().caught_up(resource_version, relisted=relisted)
+    def relisting(self):
+        self.calls.append(("relisting",))
+        super().relisting()
+
+    def caught_up(self, resource_version):
+        self.calls.append(("caught_up", resource_version))
+        super().caught_up(resource_version)
 
 
-def test_watch_events_reach_the_queue_with_their_resource_version_and_the_list_without():
+def test_watch_events_and_listed_items_reach_the_queue_with_their_resource_version():
     pages = [([release("a", "5", stuck=True), release("b", "6")], "10")]
     stream = [event("MODIFIED", release("a", "11", stuck=True)),
               event("MODIFIED", awaiting("a", "12")),
@@ -288,11 +292,13 @@ def test_watch_events_reach_the_queue_with_their_resource_version_and_the_list_w
     queue = Recording()
     Watcher(Script(stop, [pages], [stream]), queue, namespace=None, selector=None,
             resync_period=3600).run(stop)  # type: ignore[arg-type]
-    # the LIST is the catch-all: it queues what it selects whatever a pass judged
-    assert queue.calls == [("add", "apps/a", None), ("caught_up", "10", True),
-                           ("add", "apps/a", "11"), ("caught_up", "11", False),
-                           ("caught_up", "12", False), ("caught_up", "13", False),
-                           ("caught_up", "15", False)]
+    # the LIST is the catch-all: it queues what the whole predicate selects, with the
+    # item's rv (a pass that settled it there or later has judged that state); it starts a
+    # new stream, and its rv is how far that stream has got
+    assert queue.calls == [("relisting",), ("add", "apps/a", "5", "listed"), ("caught_up", "10"),
+                           ("add", "apps/a", "11"), ("caught_up", "11"),
+                           ("caught_up", "12"), ("caught_up", "13"),
+                           ("caught_up", "15")]
 
 
 def test_a_change_a_finished_pass_already_judged_is_not_queued_again():
@@ -403,11 +409,11 @@ def test_a_watch_list_hands_the_queue_what_a_list_would_and_its_bookmark_as_the_
               bookmark("15")]
     queue = Recording()
     run_wl([], [stream], queue)
-    # initial events are the catch-all (no rv: never skipped); the end bookmark is the
-    # LIST's rv; the stream goes on as the watch
-    assert queue.calls == [("add", "apps/a", None), ("caught_up", "10", True),
-                           ("add", "apps/a", "11"), ("caught_up", "11", False),
-                           ("caught_up", "15", False)]
+    # initial events are the catch-all (with their rv, as LIST items); the end bookmark is
+    # the LIST's rv; the stream goes on as the watch
+    assert queue.calls == [("relisting",), ("add", "apps/a", "5", "listed"), ("caught_up", "10"),
+                           ("add", "apps/a", "11"), ("caught_up", "11"),
+                           ("caught_up", "15")]
 
 
 def test_initial_events_get_the_whole_predicate_later_ones_the_event_filter():
