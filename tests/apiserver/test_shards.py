@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 
 import pytest
 
@@ -474,10 +475,12 @@ def scope_events(cluster, ns: str, lease: str) -> list[dict]:
 
 
 def overlaps(proc) -> float | None:
-    for line in proc._get(proc.metrics, "/metrics")[1].splitlines():
-        if line.startswith("flux_plunger_scope_overlaps "):
-            return float(line.split()[1])
-    return None
+    """serve's flux_plunger_scope_overlaps (its one sample: the install's own lease label)."""
+    values = [float(line.rsplit(" ", 1)[1])
+              for line in proc._get(proc.metrics, "/metrics")[1].splitlines()
+              if re.match(r"flux_plunger_scope_overlaps(\{[^}]*\})? ", line)]
+    assert len(values) <= 1, values
+    return values[0] if values else None
 
 
 def warned(proc) -> list[dict]:
