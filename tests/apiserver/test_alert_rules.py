@@ -75,7 +75,8 @@ def test_every_metric_the_alert_rules_name_is_served(helm, serve, cluster, ns): 
     assert [r["alert"] for r in rules] == ["FluxPlungerRecoveriesFailing",
                                            "FluxPlungerFenceHeldTooLong",
                                            "FluxPlungerNoLeader", "FluxPlungerNotReady",
-                                           "FluxPlungerReleasesLeftStuck"]
+                                           "FluxPlungerReleasesLeftStuck",
+                                           "FluxPlungerScopeOverlap"]
     assert "> 1800" in rules[1]["expr"]  # fenceHeldMinutes 30
     named = {name: r["alert"] for r in rules for name in metric_names(r["expr"])}
     assert len(named) >= 5, named

@@ -95,7 +95,8 @@ def healthy(install: Install, minutes: int = 40, pod: str = "") -> list[dict]:
     out = [s("flux_plunger_leader", install, f"1x{n}", **kw),
            s("flux_plunger_ready", install, f"1x{n}", **kw),
            s("flux_plunger_recoveries_total", install, f"0x{n}", result="failed", **kw),
-           s("flux_plunger_fence_held_delete_seconds", install, f"0x{n}", **kw)]
+           s("flux_plunger_fence_held_delete_seconds", install, f"0x{n}", **kw),
+           s("flux_plunger_scope_overlaps", install, f"0x{n}", **kw)]
     out += [s("flux_plunger_releases_left_stuck", install, f"0x{n}", reason=r, **kw)
             for r in ("corrupt-payload", "no-storage")]
     return out
@@ -116,7 +117,7 @@ def replace(series: list[dict], metric: str, values: str, **match: str) -> list[
 
 
 ALERTS = ("FluxPlungerRecoveriesFailing", "FluxPlungerFenceHeldTooLong", "FluxPlungerNoLeader",
-          "FluxPlungerNotReady", "FluxPlungerReleasesLeftStuck")
+          "FluxPlungerNotReady", "FluxPlungerReleasesLeftStuck", "FluxPlungerScopeOverlap")
 
 
 class Expect:
@@ -214,6 +215,22 @@ def scenarios(rule: dict, own: Install, other: Install) -> list[dict]:
           [e.at(15, "FluxPlungerReleasesLeftStuck"),
            e.at(16, "FluxPlungerReleasesLeftStuck", stuck_alert),
            e.at(21, "FluxPlungerReleasesLeftStuck")])
+
+    # another running install overlaps this one's scope from 1m to 12m (one check a minute):
+    # pending for 5m, firing, then silent once the other one goes; a blip shorter than 5m
+    # never fires; the other install's overlap is its own alert
+    overlap = replace(both, "flux_plunger_scope_overlaps", "0 0 1x22 0x60", lease=own.lease)
+    overlap_alert = e.alert("FluxPlungerScopeOverlap", "1")
+    group("an overlapping install fires after 5m, and stops once it is gone", overlap,
+          [e.at(5, "FluxPlungerScopeOverlap"),
+           e.at(6.5, "FluxPlungerScopeOverlap", overlap_alert),
+           e.at(13, "FluxPlungerScopeOverlap")])
+    blip = replace(both, "flux_plunger_scope_overlaps", "0 0 1x6 0x80", lease=own.lease)
+    group("an overlap shorter than 5m: silent", blip, e.silent(2, "FluxPlungerScopeOverlap")
+          + e.silent(5, "FluxPlungerScopeOverlap") + e.silent(8, "FluxPlungerScopeOverlap"))
+    group("the other install's overlap: silent here",
+          replace(both, "flux_plunger_scope_overlaps", "0 0 1x60", lease=other.lease),
+          e.silent(10, "FluxPlungerScopeOverlap"))
     return groups
 
 
@@ -272,13 +289,15 @@ def test_rule_values_reach_the_rules(helm):  # noqa: F811
     rule = rendered_rule(helm, MAIN, "prometheusRule.fenceHeldMinutes=5",
                          'prometheusRule.noLeaderFor="5m"', 'prometheusRule.leftStuckFor="1h"',
                          'prometheusRule.failureWindow="30m"', 'prometheusRule.notReadyFor="20m"',
+                         'prometheusRule.scopeOverlapFor="1m"',
                          'prometheusRule.labels={"release":"kube-prometheus-stack"}')
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     rules = rules_of(rule)
     assert rules["FluxPlungerFenceHeldTooLong"]["expr"].endswith("> 300")
     assert rules["FluxPlungerRecoveriesFailing"]["expr"].count("[30m]") == 1
     assert (rules["FluxPlungerNoLeader"]["for"], rules["FluxPlungerNotReady"]["for"],
-            rules["FluxPlungerReleasesLeftStuck"]["for"]) == ("5m", "20m", "1h")
+            rules["FluxPlungerReleasesLeftStuck"]["for"], rules["FluxPlungerScopeOverlap"]["for"]
+            ) == ("5m", "20m", "1h", "1m")
     assert f'namespace="{NS}",lease="{MAIN.lease}"' in rules["FluxPlungerNoLeader"]["expr"]
     half = rules_of(rendered_rule(helm, MAIN, "prometheusRule.fenceHeldMinutes=0.5"))
     assert half["FluxPlungerFenceHeldTooLong"]["expr"].endswith("> 30")  # fractions of minutes
