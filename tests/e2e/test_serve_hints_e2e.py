@@ -247,13 +247,13 @@ def test_a_release_helm_controller_reported_stuck_is_recovered_before_the_sync_r
     # one pass: the hints' LIST of Events, then the recovery's requests and nothing else
     # (a status write of helm-controller's between the read and the acquire costs one
     # 409'd APPLY, re-decided on the stream: not counted)
-    about = _about(sent, name, conflicts=False)
+    about = _about(sent, name, conflicts=False, hints=True)
     if plane.watch_lists:
         assert about == [("list", "events"), *SEVEN], about
     else:   # no watch-lists: whichever of the sync and the pass met the refusal first paid it
         assert about in ([("list", "events"), *EIGHT_SERVE_WITHOUT_WATCH_LISTS],
                          [("list", "events"), *NINE_WITHOUT_WATCH_LISTS]), about
-    assert len(_about(sent, name)) - len(about) <= 1, _about(sent, name)
+    assert len(_about(sent, name, hints=True)) - len(about) <= 1, _about(sent, name, hints=True)
     hr = cluster.get(ns, name)
     assert ready(hr)[1] in ("InstallSucceeded", "UpgradeSucceeded")
     assert hr["metadata"]["annotations"][C.PROCESSED_ANNOTATION] == "1"
@@ -283,7 +283,7 @@ def test_an_event_naming_a_release_that_is_not_stuck_any_more_leads_to_no_write(
     assert warned, cluster.events(ns, "healed")       # helm-controller's reports are there
 
     counted = CountedServe(plane, cluster, ns, tmp_path)
-    about = counted.about("healed", lambda: True)
+    about = counted.about("healed", lambda: True, hints=True)
     text = counted.serve.text()
     line = hints_line(text)
     assert (line["reported"], line["queued"]) == (1, 1), line
@@ -309,7 +309,7 @@ def test_an_event_naming_a_release_outside_the_selector_leads_to_no_read_that_de
 
     try:
         counted = CountedServe(plane, cluster, ns, tmp_path, "-l", "shard=one")
-        inside = counted.about("inside", back, conflicts=False)
+        inside = counted.about("inside", back, conflicts=False, hints=True)
         hr = cluster.get(ns, "outside")
     finally:    # helm-controller would retry it for the rest of the session
         cluster.delete_hr(ns, "outside")
@@ -341,7 +341,7 @@ def test_with_events_forbidden_serve_starts_with_one_warning_and_the_sync_recove
             C.PROCESSED_ANNOTATION) == "1"
 
     counted = CountedServe(plane, cluster, ns, tmp_path, cluster_rules=rules)
-    about = counted.about("demo", back, conflicts=False)
+    about = counted.about("demo", back, conflicts=False, hints=True)
     text = counted.serve.text()
     (warning,) = warnings(text)
     assert warning.startswith("start-up hints: cannot list the Warning Events on "
