@@ -330,7 +330,7 @@ def test_an_event_naming_a_release_outside_the_selector_leads_to_no_read_that_de
 def test_with_events_forbidden_serve_starts_with_one_warning_and_the_sync_recovers(
         installed, cluster, ns, plane, tmp_path):
     make_stuck(installed, cluster, ns)
-    rules = copy.deepcopy(find(render_kustomize(), "ClusterRole", "flux-plunger")["rules"])
+    rules = copy.deepcopy(find(render_kustomize(), "ClusterRole", "flux-plunger-flux-plunger")["rules"])
     for rule in rules:
         if "events" in rule["resources"]:
             rule["verbs"].remove("list")
