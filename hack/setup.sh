@@ -38,14 +38,19 @@ mark() { if [ -n "${SETUP_MARKS:-}" ]; then mkdir -p "$SETUP_MARKS" && touch "$S
 
 late() {
   # --- the kind tier's ("kind") -----------------------------------------------------------
-  # cosign (the chart is installed only through a verified signature), crane and the registry
-  # (the release's image and chart are pulled from it).  FLUX_PLUNGER_KIND_BUILD=1
-  # (hack/test.sh sets it with KIND_ENGINE=start) also builds what the kind tier runs on a
-  # machine that cannot pull images: kind, crictl, the Kubernetes node binaries and
-  # source-controller from Go modules, then the node image, Flux's controller images and the
-  # Python base (testplane/images.py; Debian rootfs via debootstrap).  All cached by version;
-  # a warm cache builds nothing.  Needs a running Docker engine (DOCKER_HOST).
-  bins cosign crane registry >/dev/null
+  # The kind tier installs the release of the work tree (hack/release.py: its image, chart
+  # and SBOMs), so it needs what the release needs: cosign (the chart is installed only
+  # through a verified signature), syft (the SBOMs, issue 31), crane and the registry (the
+  # image and chart are pulled from it), and the image's locked wheels and the dependencies'
+  # wheels (hack/release.py --fetch; a cold machine has none: the release is built --offline).
+  # FLUX_PLUNGER_KIND_BUILD=1 (hack/test.sh sets it with KIND_ENGINE=start) also builds what
+  # the kind tier runs on a machine that cannot pull images: kind, crictl, the Kubernetes node
+  # binaries and source-controller from Go modules, then the node image, Flux's controller
+  # images and the Python base (testplane/images.py; Debian rootfs via debootstrap).  All
+  # cached by version; a warm cache builds nothing.  Needs a running Docker engine (DOCKER_HOST).
+  bins cosign crane registry syft >/dev/null
+  .venv/bin/python hack/release.py --fetch
+  .venv/bin/python hack/release.py --fetch --platforms linux/amd64 --base-python 3.11  # the Debian base
   if [ "${FLUX_PLUNGER_KIND_BUILD:-}" = 1 ]; then
     bins kind crictl kubeadm kubelet kubectl kube-controller-manager kube-scheduler \
       kube-proxy source-controller >/dev/null
@@ -53,11 +58,8 @@ late() {
   fi
   mark kind
   # --- the release tier's ("release") ------------------------------------------------------
-  # actionlint, syft (the SBOMs, issue 31); the image's locked wheels and the dependencies'
-  # wheels, once
-  bins actionlint syft >/dev/null
-  .venv/bin/python hack/release.py --fetch
-  .venv/bin/python hack/release.py --fetch --platforms linux/amd64 --base-python 3.11  # the Debian base
+  # what only the release tier adds: actionlint (the workflows)
+  bins actionlint >/dev/null
   mark release
   # --- the compatibility stage's ("compat") ------------------------------------------------
   # the older versions hack/test.sh's compatibility stage runs on (issue 19)
