@@ -49,13 +49,13 @@ class Router:
         self.routes = {k: list(v) for k, v in routes.items()}
         self.sent: list[tuple[str, str]] = []
 
-    def __call__(self, verb, method, path, **kwargs):
-        self.sent.append((verb, path))
-        answers = self.routes[(verb, path)]
+    def __call__(self, req):
+        self.sent.append((req.verb, req.path))
+        answers = self.routes[(req.verb, req.path)]
         a = answers.pop(0) if len(answers) > 1 else answers[0]
         if isinstance(a, BaseException):
             raise a
-        return _Stream(a) if kwargs.get("stream") else a
+        return _Stream(a) if req.stream else a
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""kube.py edges no tier reached: kubeconfig loading and kubectl's override flags, the one
+"""The kube package's edges no tier reached: kubeconfig loading and kubectl's override flags, the one
 request path (_send) against a fake connection pool — dry-run, bodies, the before-request hook,
 non-JSON and empty answers, transport failures, streamed errors — the error taxonomy's
 properties and the path helpers.  No cluster, no subprocess."""
@@ -10,6 +10,7 @@ import pytest
 import urllib3
 
 from kubectl_flux_plunger import kube as K
+from kubectl_flux_plunger.kube import config as kube_config
 
 pytestmark = pytest.mark.unit
 
@@ -227,7 +228,7 @@ def test_context_namespace_and_the_default(kubeconfig, monkeypatch):
     assert K.context_namespace(kubeconfig, "bare") is None
     with pytest.raises(K.ConfigError, match='context "gone" does not exist'):
         K.context_namespace(kubeconfig, "gone")
-    monkeypatch.setattr(K, "IN_CLUSTER_NAMESPACE", "/nonexistent/namespace")
+    monkeypatch.setattr(kube_config, "IN_CLUSTER_NAMESPACE", "/nonexistent/namespace")
     assert K.default_namespace(kubeconfig, "bare") == "default"
     assert K.default_namespace(kubeconfig, None) == "team-a"
 
@@ -236,7 +237,7 @@ def test_no_kubeconfig_means_no_context_namespace_and_the_pods_namespace(tmp_pat
     assert K.context_namespace(str(tmp_path / "missing"), None) is None
     ns = tmp_path / "namespace"
     ns.write_text("flux-system\n")
-    monkeypatch.setattr(K, "IN_CLUSTER_NAMESPACE", str(ns))
+    monkeypatch.setattr(kube_config, "IN_CLUSTER_NAMESPACE", str(ns))
     assert K.in_cluster_namespace() == "flux-system"
     assert K.default_namespace(str(tmp_path / "missing"), None) == "flux-system"
     ns.write_text("\n")

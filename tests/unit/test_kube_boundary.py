@@ -7,6 +7,7 @@ import json
 import pytest
 
 from kubectl_flux_plunger import kube as K
+from kubectl_flux_plunger.kube import transport
 
 pytestmark = pytest.mark.unit
 
@@ -50,7 +51,7 @@ def test_retryable_and_changed():
 def test_reads_are_retried_a_bounded_number_of_times_honouring_retry_after(client, monkeypatch):
     answers = [K._error_from(429, b"{}", "2"), K._error_from(503, b"{}"), {"ok": True}]
     slept = []
-    monkeypatch.setattr(K.time, "sleep", slept.append)
+    monkeypatch.setattr(transport.time, "sleep", slept.append)
 
     def send(*args, **kwargs):
         a = answers.pop(0)
@@ -72,10 +73,10 @@ def test_writes_and_watches_are_never_retried(client, monkeypatch):
     calls = []
 
     def send(*args, **kwargs):
-        calls.append(args[0])
+        calls.append(args[0].verb)
         raise K._error_from(503, b"{}")
     monkeypatch.setattr(client, "_send", send)
-    monkeypatch.setattr(K.time, "sleep", lambda s: None)
+    monkeypatch.setattr(transport.time, "sleep", lambda s: None)
     for verb in ("APPLY", "PATCH", "DELETE", "WATCH"):
         with pytest.raises(K.ServerError):
             client.request(verb, "PATCH", "/x")

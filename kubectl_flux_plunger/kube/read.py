@@ -1,0 +1,131 @@
+"""Reading: a GET that may find nothing, a paged LIST, and a WATCH stream — the watch-list
+among them, with whether this server serves one (the readers fall back to a LIST when not).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from .. import servers
+from ..objects import Obj
+from .errors import KubeError, Unreachable
+from .official import ClientConfiguration
+from .transport import Transport, _one_line
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
+
+    from .transport import KubeOptions
+
+# The annotation of the BOOKMARK that ends a watch-list's initial events.
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+class Reader(Transport):
+    """The reads every resource helper is made of, over one :class:`Transport`."""
+
+    def __init__(self, configuration: ClientConfiguration, **options: Unpack[KubeOptions]):
+        super().__init__(configuration, **options)
+        # the server answers watch-lists (sendInitialEvents; WatchList, on by default
+        # since Kubernetes 1.34); cleared on the first 400/422 to one.  A refusal is
+        # remembered per server for a while (servers.py): loaded here, saved on the flip.
+        self._server_file = servers.server_file(
+            str(configuration.host), servers.read_ca(getattr(configuration, "ssl_ca_cert", None))
+        )
+        self._watch_list = not servers.watch_lists_refused(self._server_file)
+        self.watch_list_misses = 0  # watch-lists in a row that gave no state
+
+    @property
+    def watch_list(self) -> bool:
+        """Whether to read with a watch-list; False once this server refused one (now, or
+        in a run less than ``servers.TTL`` ago)."""
+        return self._watch_list
+
+    @watch_list.setter
+    def watch_list(self, value: bool) -> None:
+        flipped = self._watch_list and not value
+        self._watch_list = value
+        if flipped:
+            servers.remember_watch_lists_refused(self._server_file, str(self._cfg.host))
+
+    def _get_or_none(self, path: str) -> Obj | None:
+        """A GET; None when the answer is 404."""
+        try:
+            return self.request("GET", "GET", path)
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    def _pages(self, path: str, query: Obj) -> Iterator[Obj]:
+        """The answers of a paged LIST of ``path`` (``query`` carries its ``limit``), one
+        request per page, each sent only when the page before it has been consumed."""
+        cont = None
+        while True:
+            out = self.request("LIST", "GET", path, query={**query, "continue": cont})
+            yield out
+            cont = (out.get("metadata") or {}).get("continue")
+            if not cont:
+                return
+
+    def _watch(
+        self,
+        path: str,
+        *,
+        label_selector: str | None,
+        field_selector: str | None,
+        resource_version: str,
+        timeout_seconds: int,
+        opened: Callable[[Any], None] | None,
+        send_initial_events: bool,
+    ) -> Iterator[Obj]:
+        """The events of one WATCH of ``path`` with bookmarks (see ``Kube.watch_hrs``)."""
+        query: Obj = {
+            "watch": "true",
+            "allowWatchBookmarks": "true",
+            "labelSelector": label_selector,
+            "fieldSelector": field_selector,
+            "resourceVersion": resource_version or None,
+            "timeoutSeconds": timeout_seconds,
+        }
+        if send_initial_events:
+            query["sendInitialEvents"] = "true"
+            query["resourceVersionMatch"] = "NotOlderThan"
+        resp = self.open_watch(path, query, timeout=timeout_seconds + 30)
+        if opened is not None:
+            opened(resp)
+        try:
+            yield from _lines(resp.stream(65536, decode_content=True))
+        except Exception as exc:
+            import urllib3
+
+            if isinstance(exc, (urllib3.exceptions.HTTPError, OSError)):
+                raise Unreachable(
+                    0, "Unreachable", f"watch interrupted: {_one_line(exc)}"
+                ) from None
+            raise
+        finally:
+            resp.release_conn()
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[Obj]:
+    """The JSON objects of a stream of newline-separated lines, however it is chunked."""
+    buf = bytearray()
+    for chunk in chunks:
+        # one growing buffer; each complete line is cut off its front once (a long
+        # object split over many chunks is scanned only from where the last scan
+        # stopped, never re-copied per chunk)
+        scanned = len(buf)
+        buf += chunk
+        start = 0
+        nl = buf.find(b"\n", scanned)
+        while nl >= 0:
+            line = bytes(buf[start:nl])
+            start = nl + 1
+            if line.strip():
+                yield json.loads(line)
+            nl = buf.find(b"\n", start)
+        if start:
+            del buf[:start]

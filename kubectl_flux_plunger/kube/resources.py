@@ -1,0 +1,146 @@
+"""The other resources: Helm storage Secrets, Events, Leases, the controller's Deployment
+and Pods, and discovery."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+from ..objects import Obj
+from .paths import JSON, MERGE_PATCH, core_path, lease_path
+from .read import Reader
+
+
+class Secrets(Reader):
+    """Helm storage Secrets."""
+
+    def list_secrets(self, namespace: str, label_selector: str) -> list[Obj]:
+        out = self.request(
+            "LIST", "GET", core_path("secrets", namespace), query={"labelSelector": label_selector}
+        )
+        return out.get("items") or []
+
+    def delete_secret(
+        self, namespace: str, name: str, uid: str, resource_version: str | None = None
+    ) -> Obj:
+        """DELETE with uid and resourceVersion preconditions: a Secret re-created under the
+        same name stays, and so does one rewritten in place (Helm updates release Secrets
+        keeping their uid) since it was judged.  A failed precondition answers 409.
+
+        The apiserver reads a DELETE's options from the body when there is one and then
+        ignores the query, so dry-run must travel in the body too."""
+        preconditions = {"uid": uid}
+        if resource_version:
+            preconditions["resourceVersion"] = resource_version
+        options: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "preconditions": preconditions,
+        }
+        if self.dry_run:
+            options["dryRun"] = ["All"]
+        return self.request(
+            "DELETE",
+            "DELETE",
+            core_path("secrets", namespace, name),
+            body=options,
+            content_type=JSON,
+            write=True,
+        )
+
+
+class Events(Reader):
+    """Events (core/v1)."""
+
+    def get_event(self, namespace: str, name: str) -> Obj | None:
+        return self._get_or_none(core_path("events", namespace, name))
+
+    def iter_events(
+        self, namespace: str | None, field_selector: str, limit: int = 500
+    ) -> Iterator[Obj]:
+        """The Events ``field_selector`` selects, in ``namespace`` (every namespace when
+        None), one page at a time: a single request unless more than ``limit`` match."""
+        pages = self._pages(
+            core_path("events", namespace), {"fieldSelector": field_selector, "limit": limit}
+        )
+        for out in pages:
+            yield from out.get("items") or []
+
+    def create_event(self, namespace: str, body: Obj) -> Obj:
+        return self.request(
+            "CREATE",
+            "POST",
+            core_path("events", namespace),
+            body=body,
+            content_type=JSON,
+            write=True,
+        )
+
+    def patch_event(self, namespace: str, name: str, patch: Obj) -> Obj:
+        return self.request(
+            "PATCH",
+            "PATCH",
+            core_path("events", namespace, name),
+            body=patch,
+            content_type=MERGE_PATCH,
+            write=True,
+        )
+
+
+class Leases(Reader):
+    """Leases (coordination.k8s.io/v1)."""
+
+    def get_lease(self, namespace: str, name: str) -> Obj | None:
+        return self._get_or_none(lease_path(namespace, name))
+
+    def list_leases(self, namespace: str) -> list[Obj]:
+        items = self.request("LIST", "GET", lease_path(namespace)).get("items") or []
+        return [i for i in items if isinstance(i, dict)]
+
+    def create_lease(self, namespace: str, body: Obj) -> Obj:
+        return self.request("CREATE", "POST", lease_path(namespace), body=body, content_type=JSON)
+
+    def update_lease(self, namespace: str, name: str, body: Obj) -> Obj:
+        return self.request(
+            "UPDATE", "PUT", lease_path(namespace, name), body=body, content_type=JSON
+        )
+
+
+class Workloads(Reader):
+    """The controller's Deployment (release-fence --stop-deployment), its Pods, discovery."""
+
+    def get_deployment(self, namespace: str, name: str) -> Obj | None:
+        return self._get_or_none(
+            f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}"
+            f"/deployments/{quote(name, safe='')}"
+        )
+
+    def scale_deployment(self, namespace: str, name: str, replicas: int) -> Obj:
+        """Merge patch of the scale subresource (what `kubectl scale` sends)."""
+        return self.request(
+            "PATCH",
+            "PATCH",
+            f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}"
+            f"/deployments/{quote(name, safe='')}/scale",
+            body={"spec": {"replicas": replicas}},
+            content_type=MERGE_PATCH,
+            write=True,
+        )
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
+        out = self.request(
+            "LIST", "GET", core_path("pods", namespace), query={"labelSelector": label_selector}
+        )
+        return out.get("items") or []
+
+    # -- discovery -----------------------------------------------------------------
+
+    def server_version(self) -> Obj:
+        return self.request("GET", "GET", "/version")
+
+    def list_deployments_any(self, label_selector: str) -> list[Obj]:
+        out = self.request(
+            "LIST", "GET", "/apis/apps/v1/deployments", query={"labelSelector": label_selector}
+        )
+        return out.get("items") or []
