@@ -1,4 +1,6 @@
-"""``serve``: flags, start-up checks and hand-off to :mod:`kubectl_flux_plunger.serve.run`."""
+"""``serve``: the flags, parsed into one ``ServeConfig`` (:mod:`kubectl_flux_plunger.serve.options`,
+which refuses what cannot work), the start-up checks that need the environment, the API
+clients, and the hand-off to :mod:`kubectl_flux_plunger.serve.run`."""
 
 from __future__ import annotations
 
