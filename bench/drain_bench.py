@@ -37,7 +37,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from kubectl_flux_plunger import constants as C  # noqa: E402
 from kubectl_flux_plunger.executor import Executor, Options, Outcome, Result  # noqa: E402
 from kubectl_flux_plunger.kube import Kube  # noqa: E402
+from kubectl_flux_plunger.scope import Scope  # noqa: E402
 from kubectl_flux_plunger.serve.drain import Drainer  # noqa: E402
+from kubectl_flux_plunger.serve.options import DrainOptions  # noqa: E402
 from kubectl_flux_plunger.serve.watch import Watcher  # noqa: E402
 from serve_first_bench import BULK, seed, start_plane  # noqa: E402
 from testplane.plane import wait_for  # noqa: E402
@@ -71,7 +73,7 @@ def one(kube: Kube, names: list[str], mode: str) -> dict[str, float]:
     stop = threading.Event()
     known = None
     if mode == "watch":
-        watcher = Watcher(kube, NoQueue(), namespace=None, selector=None, resync_period=3600)
+        watcher = Watcher(kube, NoQueue(), Scope(), resync_period=3600)
         threading.Thread(target=watcher.run, args=(stop,), daemon=True).start()
         wait_for(lambda: watcher.synced.is_set() and len(watcher.held_keys()) >= len(names),
                  300, "the watch synced")
@@ -79,8 +81,7 @@ def one(kube: Kube, names: list[str], mode: str) -> dict[str, float]:
     executor = Timed(kube, options=Options(allow_recover=False))
     executor.removed = []
     started = time.monotonic()
-    held = Drainer(kube, executor, known=known, namespace=None, selector=None,
-                   poll=1.0).run(60)
+    held = Drainer(kube, executor, DrainOptions(poll=1.0), known=known).run(60)
     ended = time.monotonic()
     stop.set()
     return {"held": held, "removed": len(executor.removed),

@@ -1,8 +1,12 @@
-"""``serve``: flags, start-up checks and hand-off to :mod:`kubectl_flux_plunger.serve.run`."""
+"""``serve``: the flags, parsed into one ``ServeConfig`` (:mod:`kubectl_flux_plunger.serve.options`,
+which refuses what cannot work), the start-up checks that need the environment, the API
+clients, and the hand-off to :mod:`kubectl_flux_plunger.serve.run`."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -15,9 +19,10 @@ from .options import (
     lease_name_problem,
     overrides,
 )
-from .session import Exit, fail
+from .session import Exit, Target, fail
 
-DRAIN_MARGIN = 5.0  # seconds kept between the end of the drain and the kubelet's SIGKILL
+if TYPE_CHECKING:
+    from ..serve.options import ServeConfig
 
 
 def _lease_namespace(kubeconfig: str | None, kube_context: str | None) -> str | None:
@@ -30,58 +35,71 @@ def _lease_namespace(kubeconfig: str | None, kube_context: str | None) -> str | 
         return None
 
 
-def check_timings(
-    *,
-    drain: float,
-    stop: float,
-    lease: float,
-    renew: float,
-    retry: float,
-    grace: float | None,
-    resync: float,
-    recheck: float,
-    warn_after: float,
-    handshake: float,
-    leader_elect: bool,
-    overlap_check: float = 60.0,
-) -> str | None:
-    """The first reason these timings cannot work, or None."""
-    positive = [
-        ("--shutdown-drain-timeout", drain),
-        ("--shutdown-stop-timeout", stop),
-        ("--lease-duration", lease),
-        ("--renew-deadline", renew),
-        ("--retry-period", retry),
-        ("--resync-period", resync),
-        ("--fence-recheck-interval", recheck),
-        ("--fence-held-warn-after", warn_after),
-        ("--handshake-timeout", handshake),
-        ("--scope-overlap-check-interval", overlap_check),
-    ]
-    if grace is not None:
-        positive.append(("--termination-grace-period", grace))
-    for flag, value in positive:
-        if value <= 0:
-            return f"{flag} must be positive (got {value:g}s)"
-    if leader_elect:
-        if renew >= lease:
-            return (
-                f"--renew-deadline ({renew:g}s) must be shorter than --lease-duration "
-                f"({lease:g}s): a leader must give up acting before its Lease can expire"
+def _environment(cfg: ServeConfig, target: Target, lease_namespace: str | None) -> ServeConfig:
+    """What the flags alone cannot tell, checked after them: the kubeconfig exists, the
+    Lease's name and namespace (``lease_namespace`` as given, else resolved), the metrics
+    need prometheus-client.  Returns ``cfg`` with its Lease namespace."""
+    kubeconfig = target.kubeconfig
+    if kubeconfig and not os.path.exists(kubeconfig):
+        fail(f"stat {kubeconfig}: no such file or directory")
+    if cfg.leader_elect:
+        problem = lease_name_problem(cfg.lease_name)
+        if problem:
+            fail(f"--leader-election-id {cfg.lease_name!r}: {problem}", Exit.USAGE)
+        if lease_namespace is not None and not lease_namespace.strip():
+            fail("--leader-election-namespace must not be empty", Exit.USAGE)
+        lease_ns = lease_namespace or _lease_namespace(kubeconfig, target.kube_context)
+        if not lease_ns:
+            fail(
+                "cannot tell the namespace of the leader-election Lease: not running in a "
+                "cluster and the kubeconfig context sets no namespace; pass "
+                "--leader-election-namespace NS (or --no-leader-elect)",
+                Exit.USAGE,
             )
-        if retry * 1.2 > renew:
-            return (
-                f"--retry-period ({retry:g}s) times 1.2 (jitter) must not exceed "
-                f"--renew-deadline ({renew:g}s): there would be no second renewal attempt"
+        cfg = dataclasses.replace(cfg, lease_namespace=lease_ns)
+    if cfg.metrics_addr is not None:
+        try:
+            import prometheus_client  # noqa: F401 - the optional "serve" extra
+        except ImportError:
+            fail(
+                "--metrics-bind-address needs prometheus-client: install "
+                "kubectl-flux-plunger[serve], or pass --metrics-bind-address 0"
             )
-    if grace is not None and stop + drain + DRAIN_MARGIN > grace:
-        return (
-            f"--shutdown-stop-timeout ({stop:g}s) + --shutdown-drain-timeout ({drain:g}s) "
-            f"+ {DRAIN_MARGIN:g}s margin exceeds --termination-grace-period ({grace:g}s): "
-            f"the kubelet would kill the drain; lower the drain timeout to at most "
-            f"{max(0.0, grace - stop - DRAIN_MARGIN):g}s or raise the grace period"
+    return cfg
+
+
+def _start(cfg: ServeConfig, target: Target, *, lease_namespace: str | None) -> NoReturn:
+    """Check what needs the environment, build the API clients and run the controller;
+    exits with its status."""
+    cfg = _environment(cfg, target, lease_namespace)
+
+    from ..kube import ConfigError, Kube, KubeError
+    from ..serve import logs
+    from ..serve.health import BindError
+    from ..serve.run import DEFAULT_REQUEST_TIMEOUT, run
+
+    logs.setup(cfg.log_format, cfg.log_level.lower())
+    kubeconfig, context = target.kubeconfig, target.kube_context
+    try:
+        timeout = cfg.request_timeout or DEFAULT_REQUEST_TIMEOUT
+        conn = overrides()
+        kube = Kube.from_kubeconfig(kubeconfig, context, conn, request_timeout=timeout)
+        # the Lease gets its own client: a renewal must never wait behind a slow request
+        lease_timeout = max(1.0, min(cfg.retry_period, timeout))
+        lease_kube = (
+            Kube.from_kubeconfig(kubeconfig, context, conn, request_timeout=lease_timeout)
+            if cfg.leader_elect
+            else None
         )
-    return None
+    except ConfigError as exc:
+        fail(str(exc))
+    try:
+        code = run(kube, cfg, lease_kube=lease_kube)
+    except BindError as exc:
+        fail(str(exc))
+    except KubeError as exc:
+        fail(str(exc))
+    raise SystemExit(code)
 
 
 @click.command("serve", cls=Command, context_settings={"show_default": True})
@@ -257,121 +275,36 @@ def serve(
     stops new work, drains (releases every suspension and uninstall fence it holds,
     carrying deletes through the uninstall) and gives the Lease up; a second signal exits
     at once."""
-    from ..serve.health import parse_bind_address
+    from ..serve.options import Invalid, ServeConfig
 
-    if namespace is not None and not namespace.strip():
-        fail("--namespace must not be empty", Exit.USAGE)
-    if selector is not None and not selector.strip():
-        fail("--selector must not be empty", Exit.USAGE)
-    if request_timeout is not None and request_timeout < 0:
-        fail("--request-timeout must not be negative", Exit.USAGE)
-    problem = check_timings(
-        drain=shutdown_drain_timeout,
-        stop=shutdown_stop_timeout,
-        lease=lease_duration,
-        renew=renew_deadline,
-        retry=retry_period,
-        grace=termination_grace_period,
-        resync=resync_period,
-        recheck=fence_recheck_interval,
-        warn_after=fence_held_warn_after,
-        handshake=handshake_timeout,
-        leader_elect=leader_elect,
-        overlap_check=scope_overlap_check_interval,
-    )
-    if problem:
-        fail(problem, Exit.USAGE)
-    if backup_secret_namespace is not None and not backup_secret_namespace.strip():
-        fail("--backup-secret-namespace must not be empty", Exit.USAGE)
-    if backup_retention <= 0:
-        fail("--backup-retention must be positive", Exit.USAGE)
-    if events_addr:
-        from ..notify import validate_address
-
-        try:
-            validate_address(events_addr)
-        except ValueError as exc:
-            fail(f"--events-addr: {exc}", Exit.USAGE)
     try:
-        metrics_addr = parse_bind_address(metrics_bind_address, "--metrics-bind-address")
-        probe_addr = parse_bind_address(health_probe_bind_address, "--health-probe-bind-address")
-    except ValueError as exc:
-        fail(str(exc), Exit.USAGE)
-    if kubeconfig and not os.path.exists(kubeconfig):
-        fail(f"stat {kubeconfig}: no such file or directory")
-    lease_ns = None
-    if leader_elect:
-        problem = lease_name_problem(leader_election_id)
-        if problem:
-            fail(f"--leader-election-id {leader_election_id!r}: {problem}", Exit.USAGE)
-        if leader_election_namespace is not None and not leader_election_namespace.strip():
-            fail("--leader-election-namespace must not be empty", Exit.USAGE)
-        lease_ns = leader_election_namespace or _lease_namespace(kubeconfig, kube_context)
-        if not lease_ns:
-            fail(
-                "cannot tell the namespace of the leader-election Lease: not running in a "
-                "cluster and the kubeconfig context sets no namespace; pass "
-                "--leader-election-namespace NS (or --no-leader-elect)",
-                Exit.USAGE,
-            )
-    if metrics_addr is not None:
-        try:
-            import prometheus_client  # noqa: F401 - the optional "serve" extra
-        except ImportError:
-            fail(
-                "--metrics-bind-address needs prometheus-client: install "
-                "kubectl-flux-plunger[serve], or pass --metrics-bind-address 0"
-            )
-
-    from ..kube import ConfigError, Kube, KubeError
-    from ..serve import logs
-    from ..serve.health import BindError
-    from ..serve.run import DEFAULT_REQUEST_TIMEOUT, ServeConfig, run
-
-    logs.setup(log_format, log_level.lower())
-    try:
-        timeout = request_timeout or DEFAULT_REQUEST_TIMEOUT
-        conn = overrides()
-        kube = Kube.from_kubeconfig(kubeconfig, kube_context, conn, request_timeout=timeout)
-        # the Lease gets its own client: a renewal must never wait behind a slow request
-        lease_kube = (
-            Kube.from_kubeconfig(
-                kubeconfig, kube_context, conn, request_timeout=max(1.0, min(retry_period, timeout))
-            )
-            if leader_elect
-            else None
+        cfg = ServeConfig(
+            namespace=namespace,
+            selector=selector,
+            request_timeout=request_timeout,
+            workers=workers,
+            leader_elect=leader_elect,
+            lease_name=leader_election_id,
+            lease_duration=lease_duration,
+            renew_deadline=renew_deadline,
+            retry_period=retry_period,
+            drain_timeout=shutdown_drain_timeout,
+            stop_timeout=shutdown_stop_timeout,
+            termination_grace_period=termination_grace_period,
+            resync_period=resync_period,
+            fence_recheck=fence_recheck_interval,
+            fence_warn_after=fence_held_warn_after,
+            handshake_timeout=handshake_timeout,
+            overlap_check=scope_overlap_check_interval,
+            backup_namespace=backup_secret_namespace,
+            backup_retention=backup_retention,
+            events_addr=events_addr or None,
+            metrics_bind_address=metrics_bind_address,
+            health_probe_bind_address=health_probe_bind_address,
+            log_format=log_format,
+            log_level=log_level,
         )
-    except ConfigError as exc:
-        fail(str(exc))
-    cfg = ServeConfig(
-        namespace=namespace,
-        selector=selector,
-        workers=workers,
-        leader_elect=leader_elect,
-        lease_namespace=lease_ns,
-        lease_name=leader_election_id,
-        lease_duration=lease_duration,
-        renew_deadline=renew_deadline,
-        retry_period=retry_period,
-        drain_timeout=shutdown_drain_timeout,
-        stop_timeout=shutdown_stop_timeout,
-        resync_period=resync_period,
-        fence_recheck=fence_recheck_interval,
-        fence_warn_after=fence_held_warn_after,
-        handshake_timeout=handshake_timeout,
-        overlap_check=scope_overlap_check_interval,
-        metrics_addr=metrics_addr,
-        probe_addr=probe_addr,
-        events_addr=events_addr or None,
-    )
-    if backup_secret_namespace:
-        from ..backup import SecretBackup
-
-        cfg.backup = SecretBackup(kube, backup_secret_namespace, retention=backup_retention)
-    try:
-        code = run(kube, cfg, lease_kube=lease_kube)
-    except BindError as exc:
-        fail(str(exc))
-    except KubeError as exc:
-        fail(str(exc))
-    raise SystemExit(code)
+    except Invalid as exc:
+        fail(str(exc), Exit.USAGE)
+    target = Target(kubeconfig, kube_context, request_timeout)
+    _start(cfg, target, lease_namespace=leader_election_namespace)

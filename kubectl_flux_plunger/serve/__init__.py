@@ -9,5 +9,7 @@
 * :mod:`.drain`  — leave nothing suspended or fenced by us on shutdown;
 * :mod:`.health`, :mod:`.metrics` — /healthz, /readyz, /metrics;
 * :mod:`.logs`   — text or JSON log lines;
+* :mod:`.options` — ``ServeConfig``, every setting as one object that checks itself, and the
+  parts the pieces above take (``LeaseConfig``, ``DrainOptions``);
 * :mod:`.run`    — the wiring and the shutdown sequence.
 """

@@ -29,6 +29,7 @@ from ..kube import KubeError
 from ..objects import Obj
 from ..plan import Row, holds_ours
 from .logs import fields
+from .options import DrainOptions
 from .watch import PAGE_SIZE, key_of
 
 if TYPE_CHECKING:
@@ -108,19 +109,17 @@ class Drainer:
         self,
         kube: Lister,
         executor: Executor,
+        options: DrainOptions,
         *,
         known: Callable[[], Collection[str]] | None = None,
-        namespace: str | None,
-        selector: str | None,
-        poll: float = 1.0,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.kube, self.executor = kube, executor
         self.known = known  # the watch's held keys, once it synced (None: LIST every pass)
-        self.namespace, self.selector = namespace, selector
-        self.poll = poll
+        self.namespace, self.selector = options.scope.namespace, options.scope.selector
+        self.poll = options.poll
         self.metrics = metrics
         self.clock = clock
         self.sleep = sleep

@@ -26,10 +26,9 @@ from typing import Protocol
 from ..kube import KubeError
 from ..objects import Obj
 from .logs import fields
+from .options import JITTER, LeaseConfig
 
 log = logging.getLogger(__name__)
-
-JITTER = 1.2
 
 
 class LeaseStore(Protocol):
@@ -56,26 +55,21 @@ class LeaderElector:
     def __init__(
         self,
         kube: LeaseStore,
-        namespace: str,
-        name: str,
-        ident: str,
+        lease: LeaseConfig,
         *,
-        lease_duration: float,
-        renew_deadline: float,
-        retry_period: float,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], dt.datetime] = _utcnow,
         on_started: Callable[[], None] = lambda: None,
         on_lost: Callable[[], None] = lambda: None,
-        annotations: dict[str, str] | None = None,
     ) -> None:
         self.kube = kube
+        self.config = lease
         # written on the Lease with every acquire (what this instance watches: sharding)
-        self.annotations = dict(annotations or {})
-        self.namespace, self.name, self.identity = namespace, name, ident
-        self.lease_duration = lease_duration
-        self.renew_deadline = renew_deadline
-        self.retry_period = retry_period
+        self.annotations = dict(lease.annotations)
+        self.namespace, self.name, self.identity = lease.namespace, lease.name, lease.identity
+        self.lease_duration = lease.timings.lease_duration
+        self.renew_deadline = lease.timings.renew_deadline
+        self.retry_period = lease.timings.retry_period
         self.clock, self.wall = clock, wall
         self.on_started, self.on_lost = on_started, on_lost
         self._lock = threading.Lock()

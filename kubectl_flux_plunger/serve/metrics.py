@@ -20,7 +20,10 @@ from ..plan import Row
 from .stuck import LeftStuck
 
 if TYPE_CHECKING:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
     from prometheus_client.registry import Collector
+
+    Family = CounterMetricFamily | GaugeMetricFamily
 
     from ..executor import Outcome
 
@@ -103,111 +106,131 @@ class Metrics:
 def collector(metrics: Metrics) -> Collector:
     """A prometheus-client collector over ``metrics``; every sample labelled with the
     install's ``lease`` (when it has one: ``_Install``)."""
-    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     class _Collector:
-        def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        def collect(self) -> Iterator[Family]:
             snap = metrics.snapshot()
-            rec = CounterMetricFamily(
-                "flux_plunger_recoveries",
-                "Recovery attempts of stuck HelmReleases by outcome.",
-                labels=["result"],
-            )
-            always = (Result.RECOVERED, Result.DEFERRED, Result.SKIPPED, Result.FAILED)
-            for result in always:
-                rec.add_metric([result.value], snap["recoveries"].get(result, 0))
-            for result, n in snap["recoveries"].items():
-                if result not in always:
-                    rec.add_metric([str(result)], n)
-            yield rec
-            passes = CounterMetricFamily(
-                "flux_plunger_reconciles",
-                "Passes over one HelmRelease by result.",
-                labels=["result"],
-            )
-            for result, n in sorted(snap["reconciles"].items()):
-                passes.add_metric([str(result)], n)
-            yield passes
-            yield CounterMetricFamily(
-                "flux_plunger_deferrals", "Recoveries deferred.", value=snap["deferrals"]
-            )
-            yield CounterMetricFamily(
-                "flux_plunger_errors", "Passes that failed or raised.", value=snap["errors"]
-            )
-            relists = CounterMetricFamily(
-                "flux_plunger_relists",
-                "Fresh syncs (watch-list or LIST) of HelmReleases by reason.",
-                labels=["reason"],
-            )
-            for reason, n in sorted(snap["relists"].items()):
-                relists.add_metric([reason], n)
-            yield relists
-            yield GaugeMetricFamily(
-                "flux_plunger_fences_held",
-                "HelmReleases carrying flux-plunger's uninstall fence (as last seen).",
-                value=metrics.fences_held(),
-            )
-            yield GaugeMetricFamily(
-                "flux_plunger_fence_held_delete_seconds",
-                "Seconds the oldest HelmRelease delete held by the uninstall fence has "
-                "waited (as last seen; 0 when none is held).",
-                value=metrics.oldest_held_delete(),
-            )
-            yield GaugeMetricFamily(
-                "flux_plunger_queue_depth",
-                "Keys ready to be processed.",
-                value=metrics.queue_depth(),
-            )
-            stuck = GaugeMetricFamily(
-                "flux_plunger_releases_left_stuck",
-                "Stuck HelmReleases this instance skipped and left for a human to repair "
-                "(RecoverySkipped Events), by cause; only the leader passes over releases.",
-                labels=["reason"],
-            )
-            for cause, n in metrics.left_stuck.counts().items():
-                stuck.add_metric([cause.value], n)
-            yield stuck
-            yield GaugeMetricFamily(
-                "flux_plunger_leader",
-                "1 while this instance leads.",
-                value=1 if metrics.leader() else 0,
-            )
-            yield GaugeMetricFamily(
-                "flux_plunger_scope_overlaps",
-                "Other running flux-plunger controllers whose Lease (in this instance's Lease "
-                "namespace) records a scope that cannot be shown disjoint from this "
-                "instance's: both write as field manager flux-plunger (checked while "
-                "leading, every --scope-overlap-check-interval; 0 when none).",
-                value=metrics.scope_overlaps(),
-            )
-            yield GaugeMetricFamily(
-                "flux_plunger_ready",
-                "1 while /readyz answers ok (the HelmRelease list/watch is synced).",
-                value=1 if metrics.ready() else 0,
-            )
-            notes = CounterMetricFamily(
-                "flux_plunger_notifications",
-                "Flux events for notification-controller (--events-addr) by result: sent, "
-                "rate-limited (dropped there as a duplicate), refused, unreachable, dropped "
-                "(queue full), folded (a repeat, not posted).",
-                labels=["result"],
-            )
-            for note in (notify.SENT, notify.UNREACHABLE):
-                notes.add_metric([note], snap["notifications"].get(note, 0))
-            for note, n in sorted(snap["notifications"].items()):
-                if note not in (notify.SENT, notify.UNREACHABLE):
-                    notes.add_metric([note], n)
-            yield notes
-            api = CounterMetricFamily(
-                "flux_plunger_api_requests",
-                "Requests sent to the Kubernetes API by verb.",
-                labels=["verb"],
-            )
-            for verb, n in sorted(metrics.api_requests().items()):
-                api.add_metric([verb], n)
-            yield api
+            yield from _passes(snap)
+            yield from _state(metrics)
+            yield from _traffic(metrics, snap)
 
     return _Install(_Collector(), metrics.lease)
+
+
+def _passes(snap: dict[str, Any]) -> Iterator[Family]:
+    """What the passes over releases did (counters, from one snapshot)."""
+    from prometheus_client.core import CounterMetricFamily
+
+    rec = CounterMetricFamily(
+        "flux_plunger_recoveries",
+        "Recovery attempts of stuck HelmReleases by outcome.",
+        labels=["result"],
+    )
+    always = (Result.RECOVERED, Result.DEFERRED, Result.SKIPPED, Result.FAILED)
+    for result in always:
+        rec.add_metric([result.value], snap["recoveries"].get(result, 0))
+    for result, n in snap["recoveries"].items():
+        if result not in always:
+            rec.add_metric([str(result)], n)
+    yield rec
+    passes = CounterMetricFamily(
+        "flux_plunger_reconciles",
+        "Passes over one HelmRelease by result.",
+        labels=["result"],
+    )
+    for result, n in sorted(snap["reconciles"].items()):
+        passes.add_metric([str(result)], n)
+    yield passes
+    yield CounterMetricFamily(
+        "flux_plunger_deferrals", "Recoveries deferred.", value=snap["deferrals"]
+    )
+    yield CounterMetricFamily(
+        "flux_plunger_errors", "Passes that failed or raised.", value=snap["errors"]
+    )
+    relists = CounterMetricFamily(
+        "flux_plunger_relists",
+        "Fresh syncs (watch-list or LIST) of HelmReleases by reason.",
+        labels=["reason"],
+    )
+    for reason, n in sorted(snap["relists"].items()):
+        relists.add_metric([reason], n)
+    yield relists
+
+
+def _state(metrics: Metrics) -> Iterator[Family]:
+    """The gauges, read as each family is rendered."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    yield GaugeMetricFamily(
+        "flux_plunger_fences_held",
+        "HelmReleases carrying flux-plunger's uninstall fence (as last seen).",
+        value=metrics.fences_held(),
+    )
+    yield GaugeMetricFamily(
+        "flux_plunger_fence_held_delete_seconds",
+        "Seconds the oldest HelmRelease delete held by the uninstall fence has "
+        "waited (as last seen; 0 when none is held).",
+        value=metrics.oldest_held_delete(),
+    )
+    yield GaugeMetricFamily(
+        "flux_plunger_queue_depth",
+        "Keys ready to be processed.",
+        value=metrics.queue_depth(),
+    )
+    stuck = GaugeMetricFamily(
+        "flux_plunger_releases_left_stuck",
+        "Stuck HelmReleases this instance skipped and left for a human to repair "
+        "(RecoverySkipped Events), by cause; only the leader passes over releases.",
+        labels=["reason"],
+    )
+    for cause, n in metrics.left_stuck.counts().items():
+        stuck.add_metric([cause.value], n)
+    yield stuck
+    yield GaugeMetricFamily(
+        "flux_plunger_leader",
+        "1 while this instance leads.",
+        value=1 if metrics.leader() else 0,
+    )
+    yield GaugeMetricFamily(
+        "flux_plunger_scope_overlaps",
+        "Other running flux-plunger controllers whose Lease (in this instance's Lease "
+        "namespace) records a scope that cannot be shown disjoint from this "
+        "instance's: both write as field manager flux-plunger (checked while "
+        "leading, every --scope-overlap-check-interval; 0 when none).",
+        value=metrics.scope_overlaps(),
+    )
+    yield GaugeMetricFamily(
+        "flux_plunger_ready",
+        "1 while /readyz answers ok (the HelmRelease list/watch is synced).",
+        value=1 if metrics.ready() else 0,
+    )
+
+
+def _traffic(metrics: Metrics, snap: dict[str, Any]) -> Iterator[Family]:
+    """What went out: Flux events and API requests."""
+    from prometheus_client.core import CounterMetricFamily
+
+    notes = CounterMetricFamily(
+        "flux_plunger_notifications",
+        "Flux events for notification-controller (--events-addr) by result: sent, "
+        "rate-limited (dropped there as a duplicate), refused, unreachable, dropped "
+        "(queue full), folded (a repeat, not posted).",
+        labels=["result"],
+    )
+    for note in (notify.SENT, notify.UNREACHABLE):
+        notes.add_metric([note], snap["notifications"].get(note, 0))
+    for note, n in sorted(snap["notifications"].items()):
+        if note not in (notify.SENT, notify.UNREACHABLE):
+            notes.add_metric([note], n)
+    yield notes
+    api = CounterMetricFamily(
+        "flux_plunger_api_requests",
+        "Requests sent to the Kubernetes API by verb.",
+        labels=["verb"],
+    )
+    for verb, n in sorted(metrics.api_requests().items()):
+        api.add_metric([verb], n)
+    yield api
 
 
 class _Install:

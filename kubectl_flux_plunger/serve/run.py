@@ -22,18 +22,16 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from types import FrameType
 
-from .. import constants as C
 from .. import plan
-from ..backup import Backup
+from ..backup import SecretBackup
 from ..events import Recorder
 from ..executor import Executor, Options, Result
 from ..executor.outcome import CLEANUP_RESULTS
 from ..kube import Kube, KubeError
 from ..notify import Notifier
-from ..scope import Scope
+from ..selector import Selector
 from ..selector import parse as parse_selector
 from .drain import Drainer
 from .health import Endpoints, prometheus_renderer
@@ -41,6 +39,7 @@ from .hints import StartupHints
 from .leader import LeaderElector, identity
 from .logs import fields
 from .metrics import Metrics
+from .options import ServeConfig
 from .overlap import OverlapCheck
 from .queue import Backoff, WorkQueue
 from .watch import Watcher
@@ -53,32 +52,6 @@ _QUIET = (Result.UNCHANGED, Result.GONE)
 # after lifting what an interrupted run left on a live release, decide again at once (as
 # ``Executor.settle`` does for the one-shot verbs): the release may still be stuck
 _REDECIDE = frozenset({plan.Row.LIVE_SUSPENDED_OWNED, plan.Row.LIVE_FENCED})
-
-
-@dataclass
-class ServeConfig:
-    namespace: str | None = None
-    selector: str | None = None
-    workers: int = 2
-    leader_elect: bool = True
-    lease_namespace: str | None = None
-    lease_name: str = C.LEASE_NAME
-    lease_duration: float = 15.0
-    renew_deadline: float = 10.0
-    retry_period: float = 2.0
-    drain_timeout: float = 60.0
-    stop_timeout: float = 10.0
-    resync_period: float = 600.0
-    fence_recheck: float = C.FENCE_RECHECK_SECONDS
-    fence_warn_after: float = C.FENCE_HELD_WARN_SECONDS
-    handshake_timeout: float = 30.0
-    overlap_check: float = 60.0  # while leading: compare our scope with the other Leases'
-    metrics_addr: tuple[str, int] | None = ("", 8080)
-    probe_addr: tuple[str, int] | None = ("", 8081)
-    backoff_base: float = 1.0
-    backoff_cap: float = 300.0
-    backup: Backup | None = None  # --backup-secret-namespace
-    events_addr: str | None = None  # --events-addr: Flux notifications
 
 
 class Controller:
@@ -94,55 +67,51 @@ class Controller:
             )
         self.recorder = Recorder(kube, instance=self.identity, notifier=self.notifier)
         self.stopping = threading.Event()  # signal received: take no new work
-        selector = parse_selector(cfg.selector) if cfg.selector else None
         self.watch_stop = threading.Event()
         self.watcher = Watcher(
-            kube,
-            self.queue,
-            namespace=cfg.namespace,
-            selector=cfg.selector,
-            resync_period=cfg.resync_period,
-            metrics=self.metrics,
+            kube, self.queue, cfg.scope, resync_period=cfg.resync_period, metrics=self.metrics
         )
+        selector = parse_selector(cfg.selector) if cfg.selector else None
         # releases helm-controller has just reported stuck, queued ahead of the sync once
         # this process leads (hints.py)
-        self.hints = StartupHints(
-            kube,
-            self.queue,
-            namespace=cfg.namespace,
-            selector=selector,
-        )
-        self.elector: LeaderElector | None = None
+        self.hints = StartupHints(kube, self.queue, namespace=cfg.namespace, selector=selector)
         self.lease_kube = lease_kube
-        if cfg.leader_elect:
-            if not cfg.lease_namespace:
-                raise ValueError("leader election needs the Lease's namespace")
-            self.elector = LeaderElector(
-                lease_kube or kube,
-                cfg.lease_namespace,
-                cfg.lease_name,
-                self.identity,
-                lease_duration=cfg.lease_duration,
-                renew_deadline=cfg.renew_deadline,
-                retry_period=cfg.retry_period,
-                on_started=self._started_leading,
-                on_lost=self._lost,
-                annotations={
-                    C.LEASE_SELECTOR_ANNOTATION: cfg.selector or "",
-                    C.LEASE_NAMESPACE_ANNOTATION: cfg.namespace or "",
-                },
-            )
+        self.elector: LeaderElector | None = None
         # while leading: does another running flux-plunger's scope overlap ours?
         self.overlap: OverlapCheck | None = None
-        if self.elector is not None and cfg.lease_namespace:
-            self.overlap = OverlapCheck(
-                kube,
-                Recorder(kube, instance=self.identity),
-                cfg.lease_namespace,
-                cfg.lease_name,
-                Scope(cfg.namespace, cfg.selector),
-                period=cfg.overlap_check,
-            )
+        if cfg.leader_elect:
+            self._elect_on(lease_kube or kube)
+        self.executor, self.drain_executor = self._executors(selector)
+        self.workers: list[threading.Thread] = []
+        self._workers_lock = threading.Lock()
+        self.wake = threading.Event()
+        self.signals = 0
+        self._drain_running = False  # the leader gauge stays 1 meanwhile
+        self._logged: dict[str, tuple[str, str]] = {}  # key -> last (result, detail) at info
+        self._logged_lock = threading.Lock()
+        self._gauges()
+        self.endpoints = Endpoints(ready=self.watcher.synced.is_set, render_metrics=None)
+
+    def _elect_on(self, lease_kube: Kube) -> None:
+        """Leader election on the Lease (its own client), and the overlap check it enables."""
+        cfg = self.cfg
+        lease = cfg.lease(self.identity)
+        self.elector = LeaderElector(
+            lease_kube, lease, on_started=self._started_leading, on_lost=self._lost
+        )
+        self.overlap = OverlapCheck(
+            self.kube,
+            Recorder(self.kube, instance=self.identity),
+            lease.namespace,
+            lease.name,
+            cfg.scope,
+            period=cfg.overlap_check,
+        )
+
+    def _executors(self, selector: Selector | None) -> tuple[Executor, Executor]:
+        """The workers' executor (stops with the process, backs up) and the drain's (never
+        starts a recovery)."""
+        cfg = self.cfg
         # An in-flight recovery notices a stop between handshake watch windows: keep a window
         # well inside the stop bound so SIGTERM aborts it before the delete, in time.
         window = max(0.5, min(5.0, cfg.stop_timeout / 4))
@@ -155,31 +124,32 @@ class Controller:
             handshake_timeout=cfg.handshake_timeout,
             handshake_window=window,
         )
-        self.executor = Executor(
-            kube,
+        backup = cfg.backup
+        if backup is None and cfg.backup_namespace:
+            backup = SecretBackup(self.kube, cfg.backup_namespace, retention=cfg.backup_retention)
+        work = Executor(
+            self.kube,
             self.recorder,
-            options=dataclasses.replace(timings, backup=cfg.backup),
+            options=dataclasses.replace(timings, backup=backup),
             should_stop=self._should_stop,
         )
-        self.drain_executor = Executor(
-            kube, self.recorder, options=dataclasses.replace(timings, allow_recover=False)
+        drain = Executor(
+            self.kube, self.recorder, options=dataclasses.replace(timings, allow_recover=False)
         )
-        self.workers: list[threading.Thread] = []
-        self._workers_lock = threading.Lock()
-        self.wake = threading.Event()
-        self.signals = 0
-        self._drain_running = False  # the leader gauge stays 1 meanwhile
-        self._logged: dict[str, tuple[str, str]] = {}  # key -> last (result, detail) at info
-        self._logged_lock = threading.Lock()
-        self.metrics.fences_held = self.watcher.fences_held
-        self.metrics.queue_depth = lambda: len(self.queue)
-        self.metrics.leader = self.leading
-        self.metrics.ready = self.watcher.synced.is_set
-        self.metrics.oldest_held_delete = self.watcher.oldest_held_delete
+        return work, drain
+
+    def _gauges(self) -> None:
+        """What /metrics reads at scrape time."""
+        m = self.metrics
+        m.fences_held = self.watcher.fences_held
+        m.queue_depth = lambda: len(self.queue)
+        m.leader = self.leading
+        m.ready = self.watcher.synced.is_set
+        m.oldest_held_delete = self.watcher.oldest_held_delete
         if self.overlap is not None:
-            self.metrics.scope_overlaps = self.overlap.count
-        self.metrics.api_stats = [kube.stats] + ([lease_kube.stats] if lease_kube else [])
-        self.endpoints = Endpoints(ready=self.watcher.synced.is_set, render_metrics=None)
+            m.scope_overlaps = self.overlap.count
+        lease_kube = self.lease_kube
+        m.api_stats = [self.kube.stats] + ([lease_kube.stats] if lease_kube else [])
 
     # -- leadership --------------------------------------------------------------
 
@@ -387,10 +357,8 @@ class Controller:
             drainer = Drainer(
                 self.kube,
                 self.drain_executor,
+                cfg.drain,
                 known=self.watcher.held_keys if self.watcher.synced.is_set() else None,
-                namespace=cfg.namespace,
-                selector=cfg.selector,
-                poll=min(1.0, cfg.fence_recheck),
                 metrics=self.metrics,
             )
             still = self.elector.is_leader if self.elector is not None else (lambda: True)

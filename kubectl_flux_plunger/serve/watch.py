@@ -39,6 +39,7 @@ from .. import plan
 from ..detect import is_fenced, is_stuck, is_terminating, parse_timestamp
 from ..kube import INITIAL_EVENTS_END, KubeError
 from ..objects import Obj
+from ..scope import Scope
 from .logs import fields
 
 if TYPE_CHECKING:
@@ -149,16 +150,16 @@ class Watcher:
         self,
         kube: Source,
         queue: Keys,
+        scope: Scope,
         *,
-        namespace: str | None,
-        selector: str | None,
         resync_period: float,
         metrics: Metrics | None = None,
         page_size: int = PAGE_SIZE,
         watch_seconds: int = WATCH_SECONDS,
     ) -> None:
         self.kube, self.queue = kube, queue
-        self.namespace, self.selector = namespace, selector
+        # what it watches: scope.namespace (None: every one) and scope.selector (as written)
+        self.namespace, self.selector = scope.namespace, scope.selector
         self.resync_period = resync_period
         self.metrics = metrics
         self.page_size = page_size

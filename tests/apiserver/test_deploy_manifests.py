@@ -400,10 +400,12 @@ def test_chart_derives_drain_and_hook_wait_from_the_grace_period(helm, grace):
                                 f"--stop-timeout={grace + 10}s"]
     # the rest (retry window, global deadline): tests/apiserver/test_hook_deadline.py
     # serve itself accepts the derived values (stop 10s + drain + 5s margin fit the grace)
-    from kubectl_flux_plunger.cli.serve import check_timings
-    assert check_timings(drain=grace - 25, stop=10, lease=15, renew=10, retry=2, grace=grace,
-                         resync=600, recheck=60, warn_after=600, handshake=30,
-                         leader_elect=True) is None
+    from kubectl_flux_plunger.serve.options import ServeConfig
+    cfg = ServeConfig(drain_timeout=grace - 25, stop_timeout=10, lease_duration=15,
+                      renew_deadline=10, retry_period=2, termination_grace_period=grace,
+                      resync_period=600, fence_recheck=60, fence_warn_after=600,
+                      handshake_timeout=30, leader_elect=True)  # raises Invalid if refused
+    assert cfg.timings_problem() is None
 
 
 # -- exact RBAC -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 
 from kubectl_flux_plunger import constants as C
 from kubectl_flux_plunger.kube import KubeError
+from kubectl_flux_plunger.scope import Scope
 from kubectl_flux_plunger.serve.metrics import Metrics
 from kubectl_flux_plunger.serve.queue import WorkQueue
 from kubectl_flux_plunger.serve.watch import Watcher
@@ -74,7 +75,7 @@ def test_a_410_relists_and_finds_what_the_watch_missed(plane, cluster, kube, ns,
     # made stuck after the first sync and before the (expired) watch: only a relist sees it
     client = _StaleWatch(kube, lambda: stuck(cluster, ns, "missed"),
                          watch_list=sync == "watch-list")
-    watcher = Watcher(client, queue, namespace=ns, selector=None, resync_period=3600,
+    watcher = Watcher(client, queue, Scope(ns), resync_period=3600,
                       metrics=metrics, watch_seconds=2)
     t = threading.Thread(target=watcher.run, args=(stop,), daemon=True)
     t.start()

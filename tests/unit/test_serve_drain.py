@@ -17,6 +17,7 @@ from kubectl_flux_plunger.kube import KubeError
 from kubectl_flux_plunger.plan import Row
 from kubectl_flux_plunger.serve.drain import Drainer, settled
 from kubectl_flux_plunger.serve.metrics import Metrics
+from kubectl_flux_plunger.serve.options import DrainOptions
 
 from .builders import OURS, hr
 
@@ -84,8 +85,8 @@ def terminating(name: str, *, suspended: bool) -> dict:
 
 
 def drainer(cluster: Cluster, clock: Clock, poll: float = 1.0, **kw) -> Drainer:
-    return Drainer(cluster, cluster, namespace=None, selector=None, poll=poll, clock=clock,
-                   sleep=clock.sleep, **kw)
+    return Drainer(cluster, cluster, DrainOptions(poll=poll), clock=clock, sleep=clock.sleep,
+                   **kw)
 
 
 def test_a_terminating_release_is_carried_through_the_uninstall():
@@ -349,8 +350,8 @@ def test_a_known_key_is_read_fresh_before_anything_is_written():
         "apps/freed": hr("freed", namespace="apps"),
     })
     executor = Executor(kube, options=Options(allow_recover=False))  # type: ignore[arg-type]
-    d = Drainer(kube, executor, known=lambda: {"apps/kept", "apps/freed"}, namespace=None,
-                selector=None, clock=clock, sleep=clock.sleep)
+    d = Drainer(kube, executor, DrainOptions(), known=lambda: {"apps/kept", "apps/freed"},
+                clock=clock, sleep=clock.sleep)
     assert d.run(timeout=30) == 0
     assert kube.calls == [("get", "apps/freed"), ("get", "apps/kept"), ("patch", "apps/kept"),
                           ("list", "")]

@@ -15,6 +15,7 @@ import pytest
 
 from kubectl_flux_plunger.kube import KubeError
 from kubectl_flux_plunger.serve.leader import LeaderElector
+from kubectl_flux_plunger.serve.options import LeaseConfig, LeaseTimings
 
 pytestmark = pytest.mark.unit
 
@@ -104,8 +105,9 @@ def leases() -> Leases:
 
 
 def elector(leases: Leases, clock: Clock, ident: str = "me", **kw) -> LeaderElector:
-    return LeaderElector(leases, NS, NAME, ident, lease_duration=LEASE, renew_deadline=RENEW,
-                         retry_period=RETRY, clock=clock, wall=lambda: WALL, **kw)
+    annotations = kw.pop("annotations", None) or {}
+    lease = LeaseConfig(NS, NAME, ident, LeaseTimings(LEASE, RENEW, RETRY), annotations)
+    return LeaderElector(leases, lease, clock=clock, wall=lambda: WALL, **kw)
 
 
 def lead(e: LeaderElector) -> None:
@@ -239,8 +241,8 @@ def test_is_leader_turns_false_once_the_renew_deadline_passed(leases, clock):
 
 def test_run_loses_the_lease_when_no_renewal_succeeds_within_the_deadline(leases, clock):
     started, lost = threading.Event(), threading.Event()
-    e = LeaderElector(leases, NS, NAME, "me", lease_duration=LEASE, renew_deadline=RENEW,
-                      retry_period=0.001, clock=clock, wall=lambda: WALL,
+    e = LeaderElector(leases, LeaseConfig(NS, NAME, "me", LeaseTimings(LEASE, RENEW, 0.001)),
+                      clock=clock, wall=lambda: WALL,
                       on_started=started.set, on_lost=lost.set)
     attempts: list[float] = []
     real_check = leases._check
@@ -293,8 +295,8 @@ def test_run_gives_up_on_stop_while_another_instance_holds_the_lease(leases, clo
 
 def test_release_gives_the_lease_up_for_an_immediate_successor(leases, clock):
     started = threading.Event()
-    e = LeaderElector(leases, NS, NAME, "me", lease_duration=LEASE, renew_deadline=RENEW,
-                      retry_period=0.001, clock=clock, wall=lambda: WALL, on_started=started.set)
+    e = LeaderElector(leases, LeaseConfig(NS, NAME, "me", LeaseTimings(LEASE, RENEW, 0.001)),
+                      clock=clock, wall=lambda: WALL, on_started=started.set)
     t = threading.Thread(target=e.run, args=(threading.Event(),))
     t.start()
     assert started.wait(5)
@@ -313,8 +315,8 @@ def test_release_gives_the_lease_up_for_an_immediate_successor(leases, clock):
 
 def test_release_does_not_touch_a_lease_someone_else_took(leases, clock):
     started = threading.Event()
-    e = LeaderElector(leases, NS, NAME, "me", lease_duration=LEASE, renew_deadline=RENEW,
-                      retry_period=0.001, clock=clock, wall=lambda: WALL, on_started=started.set)
+    e = LeaderElector(leases, LeaseConfig(NS, NAME, "me", LeaseTimings(LEASE, RENEW, 0.001)),
+                      clock=clock, wall=lambda: WALL, on_started=started.set)
     t = threading.Thread(target=e.run, args=(threading.Event(),))
     t.start()
     assert started.wait(5)

@@ -15,6 +15,7 @@ import pytest
 
 from kubectl_flux_plunger import constants as C
 from kubectl_flux_plunger.kube import KubeError
+from kubectl_flux_plunger.scope import Scope
 from kubectl_flux_plunger.serve.metrics import Metrics
 from kubectl_flux_plunger.serve.queue import WorkQueue
 from kubectl_flux_plunger.serve.watch import BACKOFF_BASE, Watcher
@@ -97,7 +98,7 @@ def run(lists: list, watches: list, **kw) -> tuple[Watcher, Script, Stop, WorkQu
     stop = Stop()
     script = Script(stop, lists, watches)
     queue = WorkQueue()
-    w = Watcher(script, queue, namespace=None, selector=None, resync_period=3600, **kw)
+    w = Watcher(script, queue, Scope(), resync_period=3600, **kw)
     w.run(stop)  # type: ignore[arg-type]
     return w, script, stop, queue
 
@@ -196,7 +197,7 @@ def test_a_failing_first_list_is_retried_with_backoff_and_not_synced_before():
 
     stop = Stop()
     script = Failing(stop, [[([], "10")]], [])
-    w = Watcher(script, WorkQueue(), namespace=None, selector=None, resync_period=3600)
+    w = Watcher(script, WorkQueue(), Scope(), resync_period=3600)
     w.run(stop)  # type: ignore[arg-type]
     assert [c[0] for c in script.calls] == ["LIST", "LIST", "LIST", "WATCH"]
     assert stop.waits == [BACKOFF_BASE, 2 * BACKOFF_BASE]
@@ -290,7 +291,7 @@ def test_watch_events_and_listed_items_reach_the_queue_with_their_resource_versi
               bookmark("15")]
     stop = Stop()
     queue = Recording()
-    Watcher(Script(stop, [pages], [stream]), queue, namespace=None, selector=None,
+    Watcher(Script(stop, [pages], [stream]), queue, Scope(),
             resync_period=3600).run(stop)  # type: ignore[arg-type]
     # the LIST is the catch-all: it queues what the whole predicate selects, with the
     # item's rv (a pass that settled it there or later has judged that state); it starts a
@@ -320,8 +321,8 @@ def test_a_change_a_finished_pass_already_judged_is_not_queued_again():
                 queue.done("apps/a", settled="12")
             yield from super().watch_hrs(namespace, selector, rv, timeout_seconds)
 
-    Watcher(PassEndsFirst(stop, [[([], "10")]], [stream]), queue, namespace=None,
-            selector=None, resync_period=3600).run(stop)  # type: ignore[arg-type]
+    Watcher(PassEndsFirst(stop, [[([], "10")]], [stream]), queue, Scope(),
+            resync_period=3600).run(stop)  # type: ignore[arg-type]
     assert queued(queue) == [] and queue.skipped == 1 and queue._settled == {}
 
 
@@ -363,7 +364,7 @@ def run_wl(lists: list, watches: list, queue: WorkQueue | None = None, **kw):
     script = WatchListScript(stop, lists, watches)
     queue = queue if queue is not None else WorkQueue()
     kw.setdefault("resync_period", 3600)
-    w = Watcher(script, queue, namespace=None, selector=None, **kw)
+    w = Watcher(script, queue, Scope(), **kw)
     w.run(stop)  # type: ignore[arg-type]
     return w, script, stop, queue
 
@@ -391,7 +392,7 @@ def test_a_watch_list_queues_each_initial_event_as_it_comes_and_is_synced_at_its
 
     stop = Stop()
     script = WatchListScript(stop, [], [stream])
-    w = Capture(script, queue, namespace=None, selector=None, resync_period=3600)
+    w = Capture(script, queue, Scope(), resync_period=3600)
     w.run(stop)  # type: ignore[arg-type]
     assert seen == [(True, False), (True, True)]
     # one request for the sync and the watch; it resumes from the last event's rv
@@ -442,8 +443,8 @@ def test_the_held_keys_are_replaced_at_the_bookmark_not_before():
             holder.append(self)
 
     stop = Stop()
-    Capture(WatchListScript(stop, [], [first, second]), WorkQueue(), namespace=None,
-            selector=None, resync_period=3600).run(stop)  # type: ignore[arg-type]
+    Capture(WatchListScript(stop, [], [first, second]), WorkQueue(), Scope(),
+            resync_period=3600).run(stop)  # type: ignore[arg-type]
     assert held == [{"apps/old"}, {"apps/new"}]
 
 
