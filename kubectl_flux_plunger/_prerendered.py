@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '39c83cef'
+FINGERPRINT = 'f9b89cdb'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (
