@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '8e8b8737'
+FINGERPRINT = '737655f0'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

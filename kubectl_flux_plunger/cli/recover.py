@@ -18,7 +18,7 @@ from .options import (
     selection_options,
 )
 from .session import Target, api_errors, pass_target
-from .table import run_table
+from .table import TableFlags, run_table
 
 
 @click.command("recover", cls=Command)
@@ -52,4 +52,4 @@ from .table import run_table
 @pass_target
 def recover(target: Target, **flags: Any) -> None:
     """Recover stuck HelmReleases once (the same decision table the controller runs)."""
-    run_table("recover", None, target, **flags)
+    run_table("recover", None, target, TableFlags(**flags))

@@ -3,7 +3,8 @@ runs), optionally after stopping the controller and waiting for the uninstalls."
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -28,6 +29,9 @@ from .session import (
     notifier,
     pass_target,
 )
+
+if TYPE_CHECKING:
+    from ..verbs.fence_sweep import SweepOptions
 
 
 @click.command("release-fence", cls=Command)
@@ -96,136 +100,101 @@ def release_fence(
     exits non-zero while any fence remains.  A release a running flux-plunger controller
     covers is left to it (NOT released), unless --force; the controller --stop-deployment
     stopped does not count."""
-    import time
+    from ..verbs.fence_sweep import SweepOptions
 
-    from .. import detect
-    from ..events import Recorder
-    from ..executor import Executor, Options
-    from ..verbs import release_fence as verb
-    from ..verbs.select import fetch
+    opts = SweepOptions(
+        dry_run=dry_run,
+        wait_uninstall=wait_uninstall,
+        timeout=timeout,
+        retry_window=retry_window,
+        deadline=deadline,
+        concurrency=concurrency,
+        stop_deployment=_deployment(stop_deployment),
+        stop_timeout=stop_timeout,
+    )
+    _run(target, opts, output, lease_namespace, force, lease_name, events_addr)
+
+
+def _deployment(value: str | None) -> tuple[str, str] | None:
+    """``--stop-deployment NS/NAME`` as (namespace, name)."""
+    if value is None:
+        return None
+    ns, _, name = value.partition("/")
+    if not ns or not name or "/" in name:
+        raise click.BadParameter(f"{value!r} is not NAMESPACE/NAME", param_hint="--stop-deployment")
+    return ns, name
+
+
+def _run(
+    target: Target,
+    opts: SweepOptions,
+    output: str,
+    lease_namespace: str | None,
+    force: bool,
+    lease_name: str | None,
+    events_addr: str | None,
+) -> NoReturn:
+    """Connect, sweep (verbs/fence_sweep.py), render; exit 1 while any fence remains."""
+    from ..verbs import fence_sweep, stop
+
+    s = Session(target, opts.dry_run)
+    hooks = fence_sweep.SweepHooks(
+        covered=lambda stopped: controller_check(
+            s.kube, lease_namespace, force, lease_name, stopped=stopped
+        ),
+        stopped=functools.partial(_stopped, opts.dry_run),
+        missing=lambda m: click.echo(f"Error from server (NotFound): {m}", err=True),
+        notifier=lambda: notifier(events_addr, opts.dry_run),
+    )
+    try:
+        swept = fence_sweep.sweep(s.kube, s.selection, opts, hooks)
+    except stop.StopError as exc:
+        fail(f"{exc}; no fence was touched")
+    all_ns = s.selection.all_namespaces
+    if opts.dry_run == "client":
+        _render_plan(swept.would_release, output, all_ns)
+        raise SystemExit(int(Exit.FAILURE if swept.missing else Exit.OK))
+    _render(swept.results, output, opts.dry_run, all_ns)
+    raise SystemExit(int(Exit.OK if swept.ok else Exit.FAILURE))
+
+
+def _render_plan(refs: list[tuple[str, str]], output: str, all_ns: bool) -> None:
+    """A client dry run: the fenced releases that would be released."""
     from . import render
 
-    stop_ref: tuple[str, str] | None = None
-    if stop_deployment is not None:
-        dep_ns, _, dep_name = stop_deployment.partition("/")
-        if not dep_ns or not dep_name or "/" in dep_name:
-            raise click.BadParameter(
-                f"{stop_deployment!r} is not NAMESPACE/NAME", param_hint="--stop-deployment"
-            )
-        stop_ref = (dep_ns, dep_name)
-    s = Session(target, dry_run)
-    all_ns = s.selection.all_namespaces
-    stopped = (
-        _stop_controller(s, stop_ref, stop_timeout, retry_window, dry_run) if stop_ref else None
-    )
-    # the global deadline counts from here: the stop before it is bounded on its own
-    ends = time.monotonic() + deadline if deadline else None
-    # every flux-plunger Lease, read after the stop (a controller that stopped gave its
-    # Lease up) and before the LIST that decides; the stopped controller's own Lease does
-    # not count (it may outlive a pod that did not drain)
-    covered = (
-        controller_check(
-            s.kube,
-            lease_namespace,
-            force,
-            lease_name,
-            stopped=(stopped.lease,) if stopped is not None and stopped.lease else (),
-        )
-        if dry_run != "client"
-        else None
-    )
-    releases, missing = fetch(s.kube, s.selection)
-    for m in missing:
-        click.echo(f"Error from server (NotFound): {m}", err=True)
-    fenced = [hr for hr in releases if detect.is_fenced(hr)]
-    if dry_run == "client":
-        refs = [(hr["metadata"]["namespace"], hr["metadata"]["name"]) for hr in fenced]
-        if output in ("json", "yaml"):
-            click.echo(
-                render.dump(
-                    render.document(
-                        "FenceRelease",
-                        [
-                            {
-                                "apiVersion": render.API_VERSION,
-                                "kind": "FenceRelease",
-                                "metadata": {"name": n, "namespace": ns},
-                                "released": False,
-                                "withoutUninstall": False,
-                                "message": "fenced; would be released",
-                                "dryRun": dry_run,
-                            }
-                            for ns, n in refs
-                        ],
-                        dryRun=dry_run,
-                    ),
-                    output,
-                )
-            )
-        elif output == "name":
-            if refs:
-                click.echo(render.names(refs))
-        else:
-            for ns, n in refs:
-                click.echo(
-                    f"{render.ref(ns, n, all_namespaces=all_ns)} would release the "
-                    "uninstall fence (dry run)"
-                )
-            click.echo(f"would release {len(refs)} fenced HelmReleases (dry run)")
-        raise SystemExit(int(Exit.FAILURE if missing else Exit.OK))
-    if wait_uninstall and fenced and dry_run == "none":
-        executor = Executor(
-            s.kube,
-            Recorder(s.kube, enabled=(dry_run == "none"), notifier=notifier(events_addr, dry_run)),
-            options=Options(allow_recover=False, selector=s.selection.matcher(), covered=covered),
-        )
-        wait_for = timeout if ends is None else max(0.0, min(timeout, ends - time.monotonic()))
-        fenced, released_waiting = verb.wait_uninstalls(executor, fenced, wait_for)
-    else:
-        released_waiting = []
-    results = released_waiting + verb.run(
-        s.kube,
-        fenced,
-        window=retry_window,
-        deadline=ends,
-        concurrency=concurrency,
-        selector=s.selection.matcher(),
-        covered=covered,
-    )
-    if stopped is not None and (stopped.pods_left or stopped.pods_unknown):
-        # a controller pod that did not go may fence a release behind the sweep: give it
-        # the stop timeout once more to go, then look for fences again
-        from ..verbs.stop import wait_for_pods
-
-        if stopped.selector and stop_ref:
-            again_for = (
-                stop_timeout
-                if ends is None
-                else max(0.0, min(stop_timeout, ends - time.monotonic()))
-            )
-            wait_for_pods(s.kube, stop_ref[0], stopped.selector, again_for)
-        again, _ = fetch(s.kube, s.selection)
-        refenced = {
-            (hr["metadata"]["namespace"], hr["metadata"]["name"])
-            for hr in again
-            if detect.is_fenced(hr)
-        }
-        refenced -= {(r.namespace, r.name) for r in results if not r.released}
-        results = [r for r in results if (r.namespace, r.name) not in refenced] + [
-            verb.FenceResult(
-                ns, n, False, False, "fenced after the sweep; a flux-plunger is still running"
-            )
-            for ns, n in sorted(refenced)
-        ]
     if output in ("json", "yaml"):
-        click.echo(
-            render.dump(
-                render.document(
-                    "FenceRelease", [render.fence_item(r, dry_run) for r in results], dryRun=dry_run
-                ),
-                output,
+        items = [
+            {
+                "apiVersion": render.API_VERSION,
+                "kind": "FenceRelease",
+                "metadata": {"name": n, "namespace": ns},
+                "released": False,
+                "withoutUninstall": False,
+                "message": "fenced; would be released",
+                "dryRun": "client",
+            }
+            for ns, n in refs
+        ]
+        click.echo(render.dump(render.document("FenceRelease", items, dryRun="client"), output))
+    elif output == "name":
+        if refs:
+            click.echo(render.names(refs))
+    else:
+        for ns, n in refs:
+            click.echo(
+                f"{render.ref(ns, n, all_namespaces=all_ns)} would release the "
+                "uninstall fence (dry run)"
             )
-        )
+        click.echo(f"would release {len(refs)} fenced HelmReleases (dry run)")
+
+
+def _render(results: list[Any], output: str, dry_run: str, all_ns: bool) -> None:
+    from ..verbs import release_fence as verb
+    from . import render
+
+    if output in ("json", "yaml"):
+        items = [render.fence_item(r, dry_run) for r in results]
+        click.echo(render.dump(render.document("FenceRelease", items, dryRun=dry_run), output))
     elif output == "name":
         if any(r.released for r in results):
             click.echo(render.names((r.namespace, r.name) for r in results if r.released))
@@ -238,27 +207,17 @@ def release_fence(
         if dry_run == "server":
             text = "would have " + text + render.DRY_SUFFIX[dry_run]
         click.echo(text)
-    ok = all(r.released for r in results) and not missing
-    raise SystemExit(int(Exit.OK if ok else Exit.FAILURE))
 
 
-def _stop_controller(
-    s: Session, ref: tuple[str, str], wait: float, window: float, dry_run: str
-) -> Any:
-    """``release-fence --stop-deployment``: progress on stderr (stdout stays the result)."""
-    from ..verbs import stop as verb
+def _stopped(dry_run: str, ref: tuple[str, str], stopped: Any) -> None:
+    """``release-fence --stop-deployment``: progress on stderr (stdout stays the result);
+    ``stopped`` None: a client dry run."""
     from .render import DRY_SUFFIX
 
     ns, name = ref
-    if dry_run == "client":
+    if stopped is None:
         click.echo(f"would scale Deployment {ns}/{name} to zero (dry run)", err=True)
-        return None
-    try:
-        stopped = verb.stop(
-            s.kube, ns, name, wait=wait, window=window, dry_run=(dry_run == "server")
-        )
-    except verb.StopError as exc:
-        fail(f"{exc}; no fence was touched")
+        return
     if not stopped.found:
         click.echo(f"no Deployment {ns}/{name}; nothing to stop", err=True)
     else:
@@ -274,4 +233,3 @@ def _stop_controller(
             "warning: could not tell whether flux-plunger pods are still running; releasing anyway",
             err=True,
         )
-    return stopped

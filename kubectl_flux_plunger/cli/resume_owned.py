@@ -16,7 +16,7 @@ from .options import (
     selection_options,
 )
 from .session import Target, api_errors, pass_target
-from .table import run_table
+from .table import TableFlags, run_table
 
 
 @click.command("resume-owned", cls=Command)
@@ -34,4 +34,4 @@ def resume_owned(target: Target, **flags: Any) -> None:
     Never touches a suspension another manager set."""
     from ..verbs.recover import RESUME_ROWS
 
-    run_table("resume-owned", RESUME_ROWS, target, **flags)
+    run_table("resume-owned", RESUME_ROWS, target, TableFlags(**flags))

@@ -1,8 +1,11 @@
-"""The one body of the verbs that run the decision table once over a selection and print
-a table of outcomes — ``recover`` and ``resume-owned`` — with their summary line."""
+"""The one command line of the verbs that run the decision table once over a selection and
+print a table of outcomes — ``recover`` and ``resume-owned`` — with their summary line.
+What they do is verbs/recover.py's :func:`~kubectl_flux_plunger.verbs.recover.run_once`;
+this module connects, streams the result lines and renders the end."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import click
@@ -10,42 +13,43 @@ import click
 from .session import Exit, Session, Target, controller_check, notifier, prog_name
 
 
+@dataclass(frozen=True)
+class TableFlags:
+    """The flags of ``recover`` / ``resume-owned`` besides the target, as one value."""
+
+    output: str
+    dry_run: str
+    concurrency: int = 1
+    handshake_timeout: float = 30.0
+    lease_namespace: str | None = None
+    force: bool = False
+    backup_dir: str | None = None
+    lease_name: str | None = None
+    events_addr: str | None = None
+
+
 def run_table(
-    verb_name: str,
-    only_rows: frozenset[Any] | None,
-    target: Target,
-    *,
-    output: str,
-    dry_run: str,
-    concurrency: int = 1,
-    handshake_timeout: float = 30.0,
-    lease_namespace: str | None = None,
-    force: bool = False,
-    backup_dir: str | None = None,
-    lease_name: str | None = None,
-    events_addr: str | None = None,
+    verb_name: str, only_rows: frozenset[Any] | None, target: Target, flags: TableFlags
 ) -> NoReturn:
     """Run the decision table once over the selection (``only_rows``: the rows that may
     act, None for all) and render the outcomes: the body of ``recover`` and
     ``resume-owned``, streamed as each release finishes."""
-    from ..events import Recorder
-    from ..executor import Executor, Options, Result
+    from ..executor import Result
     from ..plan import Row
     from ..verbs import recover as verb
-    from ..verbs.select import fetch
     from . import render
     from .progress import INTERRUPTED_EXIT, Stream
 
+    output, dry_run = flags.output, flags.dry_run
     s = Session(target, dry_run)
     names = target.names
     # every flux-plunger Lease, read before the reads that decide (the named read stays
     # right before its acquire); each release is then held against them on its fresh read
     covered = (
-        controller_check(s.kube, lease_namespace, force, lease_name)
+        controller_check(s.kube, flags.lease_namespace, flags.force, flags.lease_name)
         if dry_run != "client"
         else None
     )
-    from ..backup import DirectoryBackup
 
     def show(o: Any) -> bool:
         return bool(
@@ -64,50 +68,20 @@ def run_table(
     # results stream as each release finishes; Ctrl-C stops (cli/progress.py); the total
     # is known once the releases are read
     stream = Stream(verb=verb_name, total=0, line=line, prog=prog_name())
-    # a stop is noticed between handshake watch windows: keep them short
-    opts = Options(
-        selector=s.selection.matcher(),
-        dry_run_client=(dry_run == "client"),
-        allow_recover=(only_rows is None),
-        handshake_timeout=handshake_timeout,
-        handshake_window=1.0,
-        backup=DirectoryBackup(backup_dir) if backup_dir else None,
-        covered=covered,
+    once = verb.Once(
+        only_rows, dry_run, flags.concurrency, flags.handshake_timeout, flags.backup_dir
     )
-    executor = Executor(
+    ran = verb.run_once(
         s.kube,
-        Recorder(s.kube, enabled=(dry_run == "none"), notifier=notifier(events_addr, dry_run)),
-        options=opts,
-        should_stop=stream.stop.is_set,
+        s.selection,
+        once,
+        stream,
+        covered=covered,
+        notifier=notifier(flags.events_addr, dry_run),
+        on_missing=lambda m: click.echo(f"Error from server (NotFound): {m}", err=True),
     )
-    # a named release is read as a watch-list the recovery then goes on on (one request
-    # for the read and the WATCH); listed releases are re-read by name before acting
-    watched = verb.WatchedReads(executor)
-    try:
-        releases, missing = fetch(s.kube, s.selection, read=watched)
-    except BaseException:
-        watched.close()
-        raise
-    for m in missing:
-        click.echo(f"Error from server (NotFound): {m}", err=True)
-
-    stream.total = len(releases)
-    try:
-        with stream.interruptible():
-            outcomes = verb.run(
-                executor,
-                releases,
-                concurrency=concurrency,
-                only_rows=only_rows,
-                fresh=bool(names),
-                on_start=stream.started,
-                on_result=stream.finished,
-                stop=stream.stop,
-                watched=watched,
-            )
-    finally:
-        watched.close()
     stream.close()
+    outcomes, missing = ran.outcomes, ran.missing
     shown = [o for o in outcomes if show(o)]
     if output in ("json", "yaml"):
         click.echo(
@@ -121,7 +95,7 @@ def run_table(
                 output,
             )
         )
-    if not releases and not missing and output not in ("json", "yaml"):
+    if not ran.releases and not missing and output not in ("json", "yaml"):
         click.echo(f"No resources found{s.where()}.", err=True)
     failed = [o for o in outcomes if o.failed or o.result in (Result.DEFERRED, Result.SKIPPED)]
     if output in ("table", "wide"):

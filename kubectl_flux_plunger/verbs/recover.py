@@ -1,19 +1,28 @@
 """``recover`` and ``resume-owned``: the decision table applied once to each selected release,
-with bounded concurrency across releases (each release is handled by one thread)."""
+with bounded concurrency across releases (each release is handled by one thread).
+
+:func:`run_once` is the whole verb as the command line runs it (the executor it needs, the
+reads, the pass); :func:`run` is the pass itself.  What the user sees — the result lines,
+the progress line, Ctrl-C — is the caller's (cli/table.py), told through :class:`Progress`."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-from typing import Any
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from .. import plan
-from ..executor import Executor, Outcome, Result
+from ..backup import DirectoryBackup
+from ..events import Recorder
+from ..executor import Executor, Options, Outcome, Result
 from ..executor.handshake import ReleaseWatch
 from ..kube import Kube, KubeError
 from ..objects import Obj
 from ..plan import Row
+from .select import Selection, fetch
 
 # Rows `resume-owned` may act on: our own suspensions (with their fences) and nothing else.
 RESUME_ROWS = frozenset({Row.LIVE_SUSPENDED_OWNED, Row.TERMINATING_SUSPENDED_OWNED})
@@ -80,20 +89,28 @@ def _interrupted(
     return Outcome(md["namespace"], md["name"], Result.DEFERRED, NOT_STARTED, row=d.row)
 
 
+@dataclass(frozen=True)
+class Pass:
+    """How one pass runs: ``only_rows``, the rows that may act (None: all, ``recover``);
+    ``concurrency``, releases handled at once; ``fresh``, the releases were just read by
+    name (no second read before acting)."""
+
+    only_rows: frozenset[Row] | None = None
+    concurrency: int = DEFAULT_CONCURRENCY
+    fresh: bool = False
+
+
 def run(
     executor: Executor,
     releases: list[dict[str, Any]],
+    how: Pass | None = None,
     *,
-    concurrency: int = DEFAULT_CONCURRENCY,
-    only_rows: frozenset[Row] | None = None,
-    fresh: bool = False,
     on_start: Callable[[int, dict[str, Any]], None] | None = None,
     on_result: Callable[[int, Outcome], None] | None = None,
     stop: threading.Event | None = None,
     watched: WatchedReads | None = None,
 ) -> list[Outcome]:
-    """Apply one pass to every release; results in the order of ``releases``.  ``fresh``:
-    the releases were just read by name (no second read before acting).
+    """Apply one pass (``how``) to every release; results in the order of ``releases``.
 
     ``on_start(i, release)`` is called (from a worker thread) when release ``i`` is taken up,
     ``on_result(i, outcome)`` (from the calling thread) as soon as it is finished, so results
@@ -102,6 +119,8 @@ def run(
     aborts the recoveries in flight (before the delete, relinquishing).  ``watched``: the
     watch-lists the named releases were read from, each handed to its release's run."""
     stop = stop if stop is not None else threading.Event()
+    how = how if how is not None else Pass()
+    only_rows, fresh = how.only_rows, how.fresh
     results: list[Outcome | None] = [None] * len(releases)
 
     def one(i: int) -> Outcome:
@@ -119,7 +138,7 @@ def run(
         if on_result is not None:
             on_result(i, out)
 
-    workers = max(1, min(concurrency, len(releases)))
+    workers = max(1, min(how.concurrency, len(releases)))
     if workers == 1:
         for i in range(len(releases)):
             finished(i, one(i))
@@ -134,6 +153,101 @@ def run(
             for fut in done:
                 finished(pending.pop(fut), fut.result())
     return [o for o in results if o is not None]
+
+
+@dataclass(frozen=True)
+class Once:
+    """What ``recover`` / ``resume-owned`` were asked for (the command line's flags, parsed):
+    ``only_rows`` as in :class:`Pass`; ``dry_run`` none|client|server; ``handshake_timeout``,
+    how long to wait for helm-controller to observe the suspension; ``backup_dir``, where
+    each Secret is written before its delete (None: no backup)."""
+
+    only_rows: frozenset[Row] | None = None
+    dry_run: str = "none"
+    concurrency: int = 1
+    handshake_timeout: float = 30.0
+    backup_dir: str | None = None
+
+
+class Progress(Protocol):
+    """Who watches a run (cli/progress.py's ``Stream``): told the total once the releases
+    are read, each release as it starts and finishes; ``stop`` set stops taking releases
+    up; ``interruptible()`` is held around the pass (Ctrl-C)."""
+
+    stop: threading.Event
+    total: int
+
+    def started(self, i: int, hr: dict[str, Any]) -> None: ...
+
+    def finished(self, i: int, outcome: Any) -> None: ...
+
+    def interruptible(self) -> AbstractContextManager[None]: ...
+
+
+@dataclass
+class Ran:
+    """What a run did: the outcomes in the order read, and the named releases not found."""
+
+    releases: int
+    missing: list[str]
+    outcomes: list[Outcome]
+
+
+def run_once(
+    kube: Kube,
+    selection: Selection,
+    once: Once,
+    progress: Progress,
+    *,
+    covered: Any = None,
+    notifier: Any = None,
+    on_missing: Callable[[str], None] = lambda _: None,
+) -> Ran:
+    """The verb: read the selection (``fetch``; a named release as a watch-list the recovery
+    then goes on on — one request for the read and the WATCH; listed releases are re-read
+    by name before acting) and run one pass over it.  ``covered``: the running-controller
+    check (``Options.covered``), read by the caller before; ``notifier``: the Recorder's;
+    ``on_missing(message)`` for each named release not found, before the pass starts."""
+    # a stop is noticed between handshake watch windows: keep them short
+    opts = Options(
+        selector=selection.matcher(),
+        dry_run_client=(once.dry_run == "client"),
+        allow_recover=(once.only_rows is None),
+        handshake_timeout=once.handshake_timeout,
+        handshake_window=1.0,
+        backup=DirectoryBackup(once.backup_dir) if once.backup_dir else None,
+        covered=covered,
+    )
+    executor = Executor(
+        kube,
+        Recorder(kube, enabled=(once.dry_run == "none"), notifier=notifier),
+        options=opts,
+        should_stop=progress.stop.is_set,
+    )
+    watched = WatchedReads(executor)
+    try:
+        releases, missing = fetch(kube, selection, read=watched)
+    except BaseException:
+        watched.close()
+        raise
+    for m in missing:
+        on_missing(m)
+    progress.total = len(releases)
+    how = Pass(once.only_rows, once.concurrency, fresh=bool(selection.names))
+    try:
+        with progress.interruptible():
+            outcomes = run(
+                executor,
+                releases,
+                how,
+                on_start=progress.started,
+                on_result=progress.finished,
+                stop=progress.stop,
+                watched=watched,
+            )
+    finally:
+        watched.close()
+    return Ran(len(releases), missing, outcomes)
 
 
 def still_held(kube: Kube, keys: list[tuple[str, str]]) -> list[tuple[str, str]]:

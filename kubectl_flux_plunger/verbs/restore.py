@@ -60,7 +60,6 @@ def run(
     ref = f"Secret {ns}/{name}"
     where = "" if cluster == "local" else f" in cluster {cluster}"
     result = RestoreResult("refused", "", ns, name, rev, cluster)
-    hr_ref = f"{hr_ns}/{hr_name}"
 
     def refuse(why: str) -> RestoreResult:
         result.detail = f"not restored {ref} (revision {rev}){where}: {why}"
@@ -71,26 +70,9 @@ def run(
     if by is not None:
         result.controller = by.lease
         return refuse(by.detail)
-    if hr is None:
-        if not force:
-            return refuse(
-                f"HelmRelease {hr_ref} does not exist; pass --force to restore the revision anyway"
-            )
-        if cluster != "local":
-            return refuse(
-                f"HelmRelease {hr_ref} does not exist, so its remote cluster cannot be reached"
-            )
-    elif not force:
-        if not detect.is_suspended(hr):
-            return refuse(
-                f"HelmRelease {hr_ref} is not suspended; suspend it "
-                "first (flux suspend helmrelease) or pass --force"
-            )
-        if ownership.owns_suspend(hr):
-            return refuse(
-                f"HelmRelease {hr_ref} is suspended by flux-plunger "
-                "(a recovery is in flight); suspend it yourself or pass --force"
-            )
+    why = _refusal(hr, f"{hr_ns}/{hr_name}", cluster, force)
+    if why:
+        return refuse(why)
     remotes = Remotes(kube)
     try:
         store = remotes.storage_kube(hr) if hr is not None else kube
@@ -100,31 +82,13 @@ def run(
                 f"the backup comes from cluster {cluster}, but the HelmRelease's "
                 f"storage is now in cluster {now}"
             )
-        try:
-            store.request("GET", "GET", core_path("secrets", ns, name))
+        if not _create(store, secret, dry_run):
             return refuse("it already exists; restore never overwrites")
-        except KubeError as exc:
-            if not exc.object_missing:
-                raise
         result.cluster = now
         if dry_run == "client":
             result.action = "would-create"
             result.detail = f"would create {ref} (revision {rev}){where} from {source}"
             return result
-        query = {"dryRun": "All"} if dry_run == "server" else None
-        try:
-            store.request(
-                "CREATE",
-                "POST",
-                core_path("secrets", ns),
-                body=secret,
-                content_type=JSON,
-                query=query,
-            )
-        except KubeError as exc:
-            if exc.conflict:
-                return refuse("it already exists; restore never overwrites")
-            raise
         # a server dry run is a would-create; the caller adds the one dry-run suffix
         result.action = "would-create" if dry_run == "server" else "created"
         result.detail = (
@@ -137,6 +101,60 @@ def run(
         return refuse(str(exc))
     finally:
         remotes.close()
+
+
+def _refusal(hr: dict[str, Any] | None, hr_ref: str, cluster: str, force: bool) -> str:
+    """Why the HelmRelease ``hr`` (None: gone) forbids the restore; empty when it does not:
+    helm-controller may act on it unless its caller suspended it (``force`` skips that)."""
+    if hr is None:
+        if not force:
+            return (
+                f"HelmRelease {hr_ref} does not exist; pass --force to restore the revision anyway"
+            )
+        if cluster != "local":
+            return f"HelmRelease {hr_ref} does not exist, so its remote cluster cannot be reached"
+    elif not force:
+        if not detect.is_suspended(hr):
+            return (
+                f"HelmRelease {hr_ref} is not suspended; suspend it "
+                "first (flux suspend helmrelease) or pass --force"
+            )
+        if ownership.owns_suspend(hr):
+            return (
+                f"HelmRelease {hr_ref} is suspended by flux-plunger "
+                "(a recovery is in flight); suspend it yourself or pass --force"
+            )
+    return ""
+
+
+def _create(store: Kube, secret: dict[str, Any], dry_run: str) -> bool:
+    """Create ``secret`` in ``store`` unless it exists (False then); a client dry run only
+    looks.  Raises KubeError for any other failure."""
+    md = secret["metadata"]
+    ns, name = md["namespace"], md["name"]
+    try:
+        store.request("GET", "GET", core_path("secrets", ns, name))
+        return False
+    except KubeError as exc:
+        if not exc.object_missing:
+            raise
+    if dry_run == "client":
+        return True
+    query = {"dryRun": "All"} if dry_run == "server" else None
+    try:
+        store.request(
+            "CREATE",
+            "POST",
+            core_path("secrets", ns),
+            body=secret,
+            content_type=JSON,
+            query=query,
+        )
+    except KubeError as exc:
+        if exc.conflict:
+            return False
+        raise
+    return True
 
 
 __all__ = ["BackupError", "RestoreResult", "run"]
