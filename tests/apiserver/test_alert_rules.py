@@ -177,6 +177,12 @@ class Scraper:
         with self._lock:
             return sum(1 for at, target, _ in self.scrapes if target == name and at > since)
 
+    def span(self) -> float:
+        """Seconds from the first scrape to the last."""
+        with self._lock:
+            ats = [at for at, _, _ in self.scrapes]
+        return max(ats) - min(ats) if ats else 0.0
+
     def kill(self, s) -> None:
         with self._lock:
             self.deaths[s.name] = time.monotonic()
@@ -258,6 +264,9 @@ def test_every_rule_evaluates_on_a_real_serves_series_and_its_alerts_go_off(
                    > 17, 60, "the held delete's age past the threshold (15s)")
         past = time.monotonic()
         eventually(lambda: scraper.scraped("follower", since=past), 10, "a scrape with it")
+        # a quick scenario (the held delete's age was past the threshold early) can end
+        # inside 8 grid points: scrape on until the series hold that many
+        eventually(lambda: scraper.span() >= 7 * STEP, 30, "8 grid points of scrapes")
     finally:
         scraper.stop()
         cluster.remove_finalizer(ns, "held", C.FENCE)
