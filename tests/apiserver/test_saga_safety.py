@@ -9,6 +9,7 @@ from kubectl_flux_plunger import constants as C
 from kubectl_flux_plunger import storage
 from kubectl_flux_plunger.kube import JSON, KubeError, core_path
 from kubectl_flux_plunger.ownership import owns_suspend
+from kubectl_flux_plunger.plan import Stuck
 from kubectl_flux_plunger.serve.metrics import Metrics
 
 from .conftest import read_counts, stuck_release
@@ -268,7 +269,13 @@ def test_a_release_deleted_before_the_acquire_is_never_suspended(executor, clust
     mark = plane.audit_mark()
     fired = _on(executor, lambda v, p: v == "LIST", lambda n: cluster.delete_hr(ns, "demo"))
     out = executor.reconcile(ns, "demo")
-    assert fired and out.result == "deferred" and not out.failed, out
+    # deferred (the release gone when it looks again) — or, when helm-controller's uninstall
+    # of the deleted release removed its storage before the storage LIST was answered (seen
+    # once on a loaded machine), skipped for want of storage: nothing to delete either way
+    assert fired and not out.failed, out
+    assert out.result == "deferred" or (
+        out.result == "skipped" and out.left_stuck == Stuck.NO_STORAGE
+        and cluster.secret_names(ns, "demo") == []), out
     # never suspended: no apply of ours was accepted.  (One may be sent and refused with a
     # 409, when the deletion's event has not reached the watch before the acquire.)
     accepted = [ev for ev in plane.audit_events(since=mark)
