@@ -13,8 +13,10 @@ One module per concern, layered one way (an import-linter contract holds it)::
     errors        KubeError and a subclass per status; ConfigError
     paths         where resources live; media types
 
-Callers import from ``kubectl_flux_plunger.kube``; the names below are the ones the single
-module ``kube.py`` had.  The ``kubernetes`` package is imported lazily: ``--help`` must not
+Callers import from ``kubectl_flux_plunger.kube``: the public names of the modules below,
+and ``_client_modules`` (the lazily loaded official client, which ``remote`` and the
+completion of ``--context`` use); a unit test that needs a module's private helper imports
+that module.  The ``kubernetes`` package is imported lazily: ``--help`` must not
 pay for it.
 """
 
@@ -24,15 +26,12 @@ from .client import Kube
 from .config import (
     IN_CLUSTER_NAMESPACE,
     Overrides,
-    _load_client_configuration,
-    _no_configuration,
     context_namespace,
     default_namespace,
     in_cluster_namespace,
     kubeconfig_paths,
 )
 from .errors import (
-    _BY_STATUS,
     GENERIC_422,
     BadRequest,
     ConfigError,
@@ -46,7 +45,6 @@ from .errors import (
     TooManyRequests,
     Unauthorized,
     Unreachable,
-    _error_from,
     kube_error,
 )
 from .official import ClientConfiguration, _client_modules
@@ -59,8 +57,6 @@ from .transport import (
     KubeOptions,
     Request,
     Stats,
-    _one_line,
-    _retry_after,
 )
 
 __all__ = [
@@ -74,7 +70,6 @@ __all__ = [
     "MERGE_PATCH",
     "READ_RETRIES",
     "READ_VERBS",
-    "_BY_STATUS",
     "BadRequest",
     "ClientConfiguration",
     "ConfigError",
@@ -94,11 +89,6 @@ __all__ = [
     "Unauthorized",
     "Unreachable",
     "_client_modules",
-    "_error_from",
-    "_load_client_configuration",
-    "_no_configuration",
-    "_one_line",
-    "_retry_after",
     "context_namespace",
     "core_path",
     "default_namespace",

@@ -63,7 +63,6 @@ class LeaderElector:
         on_lost: Callable[[], None] = lambda: None,
     ) -> None:
         self.kube = kube
-        self.config = lease
         # written on the Lease with every acquire (what this instance watches: sharding)
         self.annotations = dict(lease.annotations)
         self.namespace, self.name, self.identity = lease.namespace, lease.name, lease.identity

@@ -10,6 +10,8 @@ import pytest
 import urllib3
 
 from kubectl_flux_plunger import kube as K
+from kubectl_flux_plunger.kube import errors as kube_errors
+from kubectl_flux_plunger.kube import transport as kube_transport
 from kubectl_flux_plunger.kube import config as kube_config
 
 pytestmark = pytest.mark.unit
@@ -94,7 +96,7 @@ def _with_pool(k, *answers):
 # -- kubeconfig and override flags ----------------------------------------------------------
 
 def test_user_and_cluster_overrides_replace_the_contexts(kubeconfig):
-    cfg = K._load_client_configuration(
+    cfg = kube_config._load_client_configuration(
         kubeconfig, None, K.Overrides(user="v", cluster="other"))
     assert cfg.host == "https://10.0.0.2:6443"
     assert cfg.auth_settings()["BearerToken"]["value"] == "Bearer def"
@@ -106,7 +108,7 @@ def test_user_and_cluster_overrides_replace_the_contexts(kubeconfig):
 ])
 def test_unknown_user_or_cluster_is_a_one_line_config_error(kubeconfig, overrides, message):
     with pytest.raises(K.ConfigError) as err:
-        K._load_client_configuration(kubeconfig, None, overrides)
+        kube_config._load_client_configuration(kubeconfig, None, overrides)
     assert str(err.value) == message
 
 
@@ -114,12 +116,12 @@ def test_unknown_context_is_named(kubeconfig):
     # the client's text names the list after the file ("... in /tmp/x/kubeconfig/contexts
     # list"): the one-line message must not depend on it
     with pytest.raises(K.ConfigError) as err:
-        K._load_client_configuration(kubeconfig, "nope")
+        kube_config._load_client_configuration(kubeconfig, "nope")
     assert str(err.value) == 'context "nope" does not exist'
 
 
 def test_every_connection_flag_is_applied_over_the_kubeconfig(kubeconfig):
-    cfg = K._load_client_configuration(kubeconfig, None, K.Overrides(
+    cfg = kube_config._load_client_configuration(kubeconfig, None, K.Overrides(
         server="https://api.example:6443/", token="tok", certificate_authority="/ca.crt",
         client_certificate="/c.crt", client_key="/c.key", tls_server_name="api.internal",
         insecure_skip_tls_verify=True))
@@ -133,7 +135,7 @@ def test_every_connection_flag_is_applied_over_the_kubeconfig(kubeconfig):
 def test_server_alone_needs_no_kubeconfig(tmp_path, monkeypatch):
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    cfg = K._load_client_configuration(
+    cfg = kube_config._load_client_configuration(
         str(tmp_path / "missing"), None, K.Overrides(server="https://h:1"))
     assert cfg.host == "https://h:1"
 
@@ -146,7 +148,7 @@ def test_naming_a_context_user_or_cluster_without_a_kubeconfig_is_not_in_cluster
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")   # would be in-cluster
     with pytest.raises(K.ConfigError) as err:
-        K._load_client_configuration(str(tmp_path / "missing"), ask.get("context"),
+        kube_config._load_client_configuration(str(tmp_path / "missing"), ask.get("context"),
                                      ask.get("overrides"))
     assert "no configuration has been provided" in str(err.value)
 
@@ -156,13 +158,13 @@ def test_kubeconfig_env_naming_only_missing_files(tmp_path, monkeypatch):
     one = str(tmp_path / "a")
     monkeypatch.setenv("KUBECONFIG", one)
     with pytest.raises(K.ConfigError) as err:
-        K._load_client_configuration(None, None)
+        kube_config._load_client_configuration(None, None)
     assert f"the file in KUBECONFIG does not exist ({one})" in str(err.value)
     two = str(tmp_path / "b")
     monkeypatch.setenv("KUBECONFIG", f"{one}:{two}:")
     assert K.kubeconfig_paths(None) == [one, two]          # empty entries dropped
     with pytest.raises(K.ConfigError) as err:
-        K._load_client_configuration(None, None)
+        kube_config._load_client_configuration(None, None)
     assert f"none of the files in KUBECONFIG exists ({one}, {two})" in str(err.value)
 
 
@@ -174,7 +176,7 @@ def test_in_cluster_configuration_is_used_in_a_pod(tmp_path, monkeypatch):
     seen = []
     monkeypatch.setattr(config, "load_incluster_config",
                         lambda client_configuration: seen.append(client_configuration))
-    cfg = K._load_client_configuration(None, None)
+    cfg = kube_config._load_client_configuration(None, None)
     assert seen == [cfg]
 
 
@@ -194,7 +196,7 @@ def test_a_malformed_kubeconfig_is_a_one_line_config_error(tmp_path, monkeypatch
     kc = tmp_path / "kc"
     kc.write_text(text)
     with pytest.raises(K.ConfigError) as err:
-        K._load_client_configuration(str(kc), None)
+        kube_config._load_client_configuration(str(kc), None)
     msg = str(err.value)
     assert msg.startswith(starts) and "\n" not in msg
 
@@ -304,13 +306,13 @@ def test_a_streamed_request_returns_the_response_or_raises_after_releasing_it(ku
 
 
 def test_error_bodies_that_are_not_status_objects(kube):
-    e = K._error_from(404, b"404 page not found\n")
+    e = kube_errors._error_from(404, b"404 page not found\n")
     assert isinstance(e, K.NotFound) and e.reason == "NotFound" and str(e) == "404 page not found"
     assert not e.object_missing          # a missing API, not a missing object
-    e = K._error_from(418, b"[1, 2]")
+    e = kube_errors._error_from(418, b"[1, 2]")
     assert type(e) is K.KubeError and e.reason == "Error" and e.body == {}
-    assert str(K._error_from(502, b"")) == "HTTP 502"
-    assert K._error_from(401, b"").reason == "Unauthorized"
+    assert str(kube_errors._error_from(502, b"")) == "HTTP 502"
+    assert kube_errors._error_from(401, b"").reason == "Unauthorized"
 
 
 @pytest.mark.parametrize(("body", "attempt", "wait"), [
@@ -320,7 +322,7 @@ def test_error_bodies_that_are_not_status_objects(kube):
     ({"_retryAfter": "-4"}, 0, 0.0),                          # never negative
 ])
 def test_retry_after_hints(body, attempt, wait):
-    assert K._retry_after(K.kube_error(429, "TooManyRequests", "m", body), attempt) == wait
+    assert kube_transport._retry_after(K.kube_error(429, "TooManyRequests", "m", body), attempt) == wait
 
 
 def test_ensure_connections_only_grows_the_pool(kube):

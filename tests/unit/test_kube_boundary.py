@@ -7,6 +7,7 @@ import json
 import pytest
 
 from kubectl_flux_plunger import kube as K
+from kubectl_flux_plunger.kube import errors as kube_errors
 from kubectl_flux_plunger.kube import transport
 
 pytestmark = pytest.mark.unit
@@ -29,7 +30,7 @@ def client(tmp_path):
     (404, K.NotFound), (409, K.Conflict), (410, K.Gone), (422, K.Invalid),
     (429, K.TooManyRequests), (500, K.ServerError), (503, K.ServerError)])
 def test_every_status_has_its_kube_error_subclass(status, cls):
-    exc = K._error_from(status, json.dumps({"message": "m"}).encode()) if status else \
+    exc = kube_errors._error_from(status, json.dumps({"message": "m"}).encode()) if status else \
         K.kube_error(0, "Unreachable", "m")
     assert type(exc) is cls and isinstance(exc, K.KubeError) and exc.status == status
 
@@ -49,7 +50,7 @@ def test_retryable_and_changed():
 
 
 def test_reads_are_retried_a_bounded_number_of_times_honouring_retry_after(client, monkeypatch):
-    answers = [K._error_from(429, b"{}", "2"), K._error_from(503, b"{}"), {"ok": True}]
+    answers = [kube_errors._error_from(429, b"{}", "2"), kube_errors._error_from(503, b"{}"), {"ok": True}]
     slept = []
     monkeypatch.setattr(transport.time, "sleep", slept.append)
 
@@ -62,7 +63,7 @@ def test_reads_are_retried_a_bounded_number_of_times_honouring_retry_after(clien
     assert client.request("GET", "GET", "/x") == {"ok": True}
     assert slept == [2.0, 0.4]          # Retry-After, then the backoff of the second retry
 
-    answers[:] = [K._error_from(500, b"{}") for _ in range(10)]
+    answers[:] = [kube_errors._error_from(500, b"{}") for _ in range(10)]
     slept.clear()
     with pytest.raises(K.ServerError):
         client.request("LIST", "GET", "/x")
@@ -74,7 +75,7 @@ def test_writes_and_watches_are_never_retried(client, monkeypatch):
 
     def send(*args, **kwargs):
         calls.append(args[0].verb)
-        raise K._error_from(503, b"{}")
+        raise kube_errors._error_from(503, b"{}")
     monkeypatch.setattr(client, "_send", send)
     monkeypatch.setattr(transport.time, "sleep", lambda s: None)
     for verb in ("APPLY", "PATCH", "DELETE", "WATCH"):
@@ -84,8 +85,8 @@ def test_writes_and_watches_are_never_retried(client, monkeypatch):
 
 
 def test_a_retry_after_longer_than_the_cap_is_capped():
-    exc = K._error_from(429, b"{}", "3600")
-    assert K._retry_after(exc, 0) == K.MAX_RETRY_AFTER
+    exc = kube_errors._error_from(429, b"{}", "3600")
+    assert transport._retry_after(exc, 0) == K.MAX_RETRY_AFTER
 
 
 class _Stream:
