@@ -80,7 +80,7 @@ sys.path.insert(0, str(ROOT / "hack"))
 # one module per artifact (hack/release_*.py); this script runs them in order
 import release_sign  # noqa: E402 - the SBOMs (and, after the build, signing)
 from release_chart import build_chart, find_helm  # noqa: E402
-from release_common import ReleaseError, log  # noqa: E402
+from release_common import ReleaseError, Stamp, log  # noqa: E402
 from release_image import build_image  # noqa: E402
 from release_python import build_python, client_version, wheel_version  # noqa: E402
 from release_source import (  # noqa: E402
@@ -146,10 +146,10 @@ def release(args: argparse.Namespace) -> Path:
         log(f"{wheel.name}, {sdist.name}: twine check passed")
         archive, manifest = build_krew(tree, out, args.repo, args.offline, args.fresh_binary)
         log(f"{archive.name} + {manifest.name}")
+        stamp = Stamp(version, sha, epoch, f"https://github.com/{args.repo}")
         oci, digest, plats = build_image(
-            tree, wheel, args.base_image.resolve(), out, version=version, sha=sha, epoch=epoch,
-            source=f"https://github.com/{args.repo}", platforms=args.platforms.split(","),
-            pyver=args.base_python, offline=args.offline)
+            tree, wheel, args.base_image.resolve(), out, stamp,
+            platforms=args.platforms.split(","), pyver=args.base_python, offline=args.offline)
         (out / "image-digest.txt").write_text(digest + "\n")
         log(f"{oci.name}: {digest} ({', '.join(plats)})")
         chart = build_chart(tree, out, version=version, image=args.image, digest=digest,

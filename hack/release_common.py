@@ -1,6 +1,6 @@
-"""hack/release.py's plumbing, shared by every step: where the tree is, the one error a
-step raises (``ReleaseError``: the one line printed), logging, running a tool, a file's
-sha256."""
+"""hack/release.py's plumbing, shared by every step: where the tree is, what a release is
+stamped with (``Stamp``), the one error a step raises (``ReleaseError``: the one line
+printed), logging, running a tool, a file's sha256."""
 
 from __future__ import annotations
 
@@ -8,12 +8,24 @@ import hashlib
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "kubectl_flux_plunger"
 DIST_NAME = "kubectl_flux_plunger"
 CHART = "controller/chart/flux-plunger"
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """What the artifacts of one release are stamped with: its version, the commit, the
+    commit's time (``SOURCE_DATE_EPOCH``) and the repository's URL."""
+
+    version: str
+    sha: str
+    epoch: int
+    source: str
 
 
 class ReleaseError(RuntimeError):

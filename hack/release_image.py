@@ -18,7 +18,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from release_common import DIST_NAME, PACKAGE, ReleaseError, run
+from release_common import DIST_NAME, PACKAGE, ReleaseError, Stamp, run
 from release_wheels import fetch_image_wheels, lock_without_build_tools, pip_selection
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -146,11 +146,13 @@ def base_manifests(base: Path) -> dict[str, dict[str, object]]:
     return out
 
 
-def build_image(tree: Path, wheel: Path, base: Path, out: Path, *, version: str, sha: str,
-                epoch: int, source: str, platforms: list[str], pyver: str | None,
+def build_image(tree: Path, wheel: Path, base: Path, out: Path, stamp: Stamp, *,
+                platforms: list[str], pyver: str | None,
                 offline: bool) -> tuple[Path, str, list[str]]:
     """The controller image as an OCI layout tar; (path, digest, platforms built)."""
     from datetime import datetime, timezone
+
+    version, sha, epoch, source = stamp.version, stamp.sha, stamp.epoch, stamp.source
 
     available = base_manifests(base)
     arches = [p.split("/", 1)[1] for p in platforms if p.split("/", 1)[1] in available]
