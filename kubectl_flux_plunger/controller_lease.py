@@ -4,7 +4,7 @@ leader-election Leases (SPEC §2, §3).
 Every flux-plunger — each shard's ``serve``, the reference controller, a one-shot verb —
 writes as the same field manager, so the object alone cannot tell a running controller's
 in-flight suspension from a crash leftover.  The Leases tell: the verbs that write read every
-flux-plunger Lease of the lease namespace with one LIST (:func:`survey`) and leave alone each
+flux-plunger Lease of the cluster with one LIST (:func:`survey`) and leave alone each
 release a live one covers (:meth:`Controllers.covering`), unless forced; ``status`` shows who
 holds each Lease and which controller covers each release.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from . import constants as C
 from .detect import parse_timestamp
-from .kube import Kube, KubeError, in_cluster_namespace
+from .kube import Kube, KubeError, Unreachable, in_cluster_namespace
 from .objects import Obj
 from .selector import SelectorError
 from .selector import parse as parse_selector
@@ -137,14 +137,18 @@ def _ours(lease: Obj, names: Collection[str]) -> bool:
 
 @dataclass(frozen=True)
 class Controllers:
-    """Every flux-plunger Lease of one namespace as one read saw them (:func:`survey`):
-    the contract's first (also when absent), then the others by name.  ``list_error``: the
-    LIST was refused, so only the Leases named (the contract's and ``--lease-name``) were
-    read, each with a GET."""
+    """Every flux-plunger Lease one survey saw (:func:`survey`): the contract's Lease of the
+    lease namespace first (also when absent), then the others by namespace and name.
+
+    ``list_error``: the cluster-wide LIST failed (e.g. forbidden), so only the namespaces of
+    ``fallback`` were read — each with a LIST, or where that is refused too with one GET of
+    each named Lease (``listed``: the namespaces whose LIST answered)."""
 
     namespace: str
     leases: tuple[ControllerLease, ...]
     list_error: str = ""
+    fallback: tuple[str, ...] = ()
+    listed: tuple[str, ...] = ()
 
     def live(self) -> list[ControllerLease]:
         """The controllers running now: held and renewed within their lease duration (an
@@ -158,6 +162,33 @@ class Controllers:
 
     def unreadable(self) -> list[ControllerLease]:
         return [c for c in self.leases if not c.readable]
+
+    def blind(self) -> bool:
+        """Nothing could be read at all: the cluster-wide LIST, every fallback LIST and
+        every GET failed, so whether a controller runs cannot be told."""
+        return (
+            bool(self.list_error) and not self.listed and not any(c.readable for c in self.leases)
+        )
+
+    def warning(self) -> str:
+        """The one line saying the survey fell back (empty when the cluster-wide LIST
+        answered, or when nothing could be read: :meth:`blind` says that)."""
+        if not self.list_error or self.blind():
+            return ""
+        where = [f"namespace {ns}" for ns in self.listed]
+        named = [
+            f"{c.namespace}/{c.name}"
+            for c in self.leases
+            if c.readable and c.namespace not in self.listed
+        ]
+        if named:
+            where.append("Lease " + ", ".join(named))
+        bad = [f"{c.namespace}/{c.name}" for c in self.unreadable()]
+        unread = f" (cannot read {', '.join(bad)})" if bad else ""
+        return (
+            f"cannot list the Leases of the cluster ({self.list_error}); looking for running "
+            f"flux-plunger controllers only in {' and '.join(where)}{unread}"
+        )
 
     def without(self, names: Iterable[tuple[str, str]]) -> Controllers:
         """The same, less the Leases ``(namespace, name)`` in ``names`` (release-fence
@@ -183,42 +214,89 @@ def read(
 
 
 def survey(
-    kube: Kube, namespace: str, now: dt.datetime | None = None, names: Collection[str] = ()
+    kube: Kube,
+    namespace: str,
+    now: dt.datetime | None = None,
+    names: Collection[str] = (),
+    also: Collection[str] = (),
 ) -> Controllers:
-    """Every flux-plunger controller's Lease in ``namespace`` with one LIST (sharding: one
-    Lease per install, each recording what it watches).  ``names``: Lease names to count as
-    flux-plunger's even without the annotations serve writes (``--lease-name``): they only
-    ever add to what is read, never narrow it.  A LIST that is refused falls back to one GET
-    of each named Lease, the contract's first (``Controllers.list_error`` says so)."""
+    """Every flux-plunger controller's Lease in the cluster, whatever namespace it is in,
+    with one LIST (sharding: one Lease per install, each recording what it watches; the
+    node heartbeats of ``kube-node-lease`` are left out server-side).  ``names``: Lease
+    names to count as flux-plunger's even without the annotations serve writes
+    (``--lease-name``): they only ever add to what is read, never narrow it.
+
+    A cluster-wide LIST that fails (a namespace admin may not list Leases cluster-wide)
+    falls back to ``namespace`` (``--lease-namespace``) and the namespaces ``also`` (the
+    releases' own): one LIST of each, or where that is refused too one GET of each named
+    Lease, the contract's first (``Controllers.list_error`` says so).  A server that does
+    not answer raises :class:`~kubectl_flux_plunger.kube.Unreachable`."""
     now = now or dt.datetime.now(dt.timezone.utc)
     try:
-        items = kube.list_leases(namespace)
+        items = kube.list_cluster_leases()
+    except Unreachable:
+        raise  # no answer at all: the verb's own error line says so, as for any request
     except KubeError as exc:
-        named = dict.fromkeys((C.LEASE_NAME, *names))
-        return Controllers(
-            namespace, tuple(read(kube, namespace, now, n) for n in named), list_error=str(exc)
-        )
+        return _fallback(kube, namespace, now, names, also, str(exc))
     return from_items(items, namespace, now, names)
+
+
+def _fallback(
+    kube: Kube,
+    namespace: str,
+    now: dt.datetime,
+    names: Collection[str],
+    also: Collection[str],
+    error: str,
+) -> Controllers:
+    """:func:`survey` after the cluster-wide LIST failed: each namespace on its own."""
+    leases: list[ControllerLease] = []
+    listed = []
+    spaces = tuple(dict.fromkeys((namespace, *also)))
+    for ns in spaces:
+        try:
+            items = kube.list_leases(ns)
+        except KubeError:
+            leases.extend(read(kube, ns, now, n) for n in dict.fromkeys((C.LEASE_NAME, *names)))
+            continue
+        listed.append(ns)
+        leases.extend(from_items(items, ns, now, names).leases)
+    # the contract's Lease of the lease namespace always (as status shows it); elsewhere only
+    # Leases that are held, or that could not be read
+    kept = [c for c in leases if c.namespace == namespace or c.holder or not c.readable]
+    return Controllers(
+        namespace,
+        tuple(kept),
+        list_error=error,
+        fallback=spaces,
+        listed=tuple(listed),
+    )
 
 
 def from_items(
     items: Iterable[Obj], namespace: str, now: dt.datetime, names: Collection[str] = ()
 ) -> Controllers:
-    """:func:`survey` of Leases already listed (``items``: the LIST's)."""
+    """:func:`survey` of Leases already listed (``items``: the LIST's, of one namespace or
+    of the cluster; an item's own namespace counts, ``namespace`` where it names none)."""
     ours = {}
     for lease in items:
         if _ours(lease, names):
-            name = (lease.get("metadata") or {}).get("name") or ""
-            ours[name] = _of(lease, namespace, name, now)
-    first = ours.pop(C.LEASE_NAME, None) or _of(None, namespace, C.LEASE_NAME, now)
-    return Controllers(namespace, (first, *(ours[n] for n in sorted(ours))))
+            md = lease.get("metadata") or {}
+            key = (md.get("namespace") or namespace, md.get("name") or "")
+            ours[key] = _of(lease, key[0], key[1], now)
+    first = ours.pop((namespace, C.LEASE_NAME), None) or _of(None, namespace, C.LEASE_NAME, now)
+    return Controllers(namespace, (first, *(ours[k] for k in sorted(ours))))
 
 
 def read_all(
-    kube: Kube, namespace: str, now: dt.datetime | None = None, names: Collection[str] = ()
+    kube: Kube,
+    namespace: str,
+    now: dt.datetime | None = None,
+    names: Collection[str] = (),
+    also: Collection[str] = (),
 ) -> list[ControllerLease]:
     """:func:`survey`'s Leases, as a list (``status``)."""
-    return list(survey(kube, namespace, now, names).leases)
+    return list(survey(kube, namespace, now, names, also).leases)
 
 
 def _of(lease: Obj | None, namespace: str, name: str, now: dt.datetime) -> ControllerLease:

@@ -379,7 +379,7 @@ class ControlPlane:
 
 
 class _Stopped(Exception):
-    """SIGTERM or SIGHUP reached ``main``: stop the control plane, then exit."""
+    """SIGINT, SIGTERM or SIGHUP reached ``main``: stop the control plane, then exit."""
 
 
 def _stop_on_signal(signum, frame):  # noqa: ARG001 - a signal handler's signature
@@ -390,8 +390,10 @@ def main() -> int:
     """``python -m testplane.plane``: start a control plane and keep it until Ctrl-C,
     SIGTERM or SIGHUP (a closed terminal), then stop its kube-apiserver and etcd.  They run
     in sessions of their own, so no signal reaches them but the one ``stop()`` sends; a
-    signal landing while the plane starts stops what was started so far."""
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal landing while the plane starts stops what was started so far.  SIGINT has its
+    handler too, like the others, rather than Python's KeyboardInterrupt: a plane started
+    from a background job (``cmd &``) inherits SIGINT ignored, which Python would keep."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _stop_on_signal)
     plane = ControlPlane()
     try:

@@ -162,6 +162,36 @@ def _show_plane_logs_on_failure(request):
         sys.stderr.write("\n" + plane.logs() + "\n")
 
 
+@pytest.fixture(autouse=True)
+def _flux_plunger_leases_stay_in_their_test(request):
+    """The writing verbs look for running flux-plunger controllers in every namespace of the
+    cluster (issue 36), and the session shares one control plane: a Lease a test leaves
+    live (a serve it killed, the reference controller's it wrote) would cover the releases
+    of the tests after it.  So every flux-plunger Lease a test created is deleted when it
+    ends — after its own fixtures have stopped the processes that renew them."""
+    if "plane" not in request.fixturenames:
+        yield
+        return
+    from kubectl_flux_plunger.controller_lease import _ours
+    from kubectl_flux_plunger.kube import KubeError, lease_path
+
+    kube = request.getfixturevalue("plane").kube()
+    try:
+        before = {(i.get("metadata") or {}).get("uid") for i in kube.list_cluster_leases()}
+        yield
+        for lease in kube.list_cluster_leases():
+            md = lease.get("metadata") or {}
+            if md.get("uid") in before or not _ours(lease, ()):
+                continue
+            try:
+                kube.request("DELETE", "DELETE", lease_path(md["namespace"], md["name"]))
+            except KubeError as exc:
+                if not exc.not_found:
+                    raise
+    finally:
+        kube.close()
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield

@@ -35,8 +35,8 @@ EXAMPLES: dict[str, str] = {
   # Recover every stuck release of a shard, eight at a time
   {prog} recover -A -l sharding.fluxcd.io/key=shard1 --concurrency 8
 
-  # Leave what a running controller covers to it: its Lease is in flux-plunger-system
-  {prog} recover -A -l sharding.fluxcd.io/key=shard1 --lease-namespace flux-plunger-system""",
+  # Without list on Leases cluster-wide: look for the running controllers in flux-system
+  {prog} recover -A -l sharding.fluxcd.io/key=shard1 --lease-namespace flux-system""",
     "resume-owned": """\
   # Lift the suspensions a crashed flux-plunger left, in every namespace (those a running
   # flux-plunger covers are its own, in flight: left to it, and the exit status is 1)

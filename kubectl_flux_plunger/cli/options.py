@@ -259,8 +259,8 @@ def lease_name_option(f: F) -> F:
         metavar="NAME",
         callback=_check_lease_name,
         help="Also count the Lease NAME as a flux-plunger controller's, even without the "
-        "scope serve records on its own. Every flux-plunger Lease of --lease-namespace is "
-        "read anyway (one LIST); this never narrows that.",
+        "scope serve records on its own. Every flux-plunger Lease of the cluster is read "
+        "anyway (one LIST); this never narrows that.",
     )(f)
 
 
@@ -296,10 +296,10 @@ def _lease_options(f: F, *, force: bool) -> F:
     return click.option(
         "--lease-namespace",
         metavar="NS",
-        help="Namespace of the flux-plunger controllers' Leases: a release a running one "
-        "covers (its recorded namespace and selector; one without a readable scope covers "
-        "every release) is left to it [default: the pod's namespace in a cluster, else "
-        "flux-plunger].",
+        help="Where to look for the flux-plunger controllers' Leases when the Leases of the "
+        "cluster may not be listed (with the releases' namespace); it never narrows the "
+        "check: a release a running controller covers, wherever its Lease is, is left to it "
+        "[default: the pod's namespace in a cluster, else flux-plunger].",
     )(f)
 
 

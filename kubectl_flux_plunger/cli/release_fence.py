@@ -140,7 +140,12 @@ def _run(
     s = Session(target, opts.dry_run)
     hooks = fence_sweep.SweepHooks(
         covered=lambda stopped: controller_check(
-            s.kube, lease_namespace, force, lease_name, stopped=stopped
+            s.kube,
+            lease_namespace,
+            force,
+            lease_name,
+            stopped=stopped,
+            namespaces=(s.selection.namespace,),
         ),
         stopped=functools.partial(_stopped, opts.dry_run),
         missing=lambda m: click.echo(f"Error from server (NotFound): {m}", err=True),

@@ -4,6 +4,7 @@ Secrets, never over an existing Secret."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import click
 
@@ -65,7 +66,7 @@ def restore(
     except BackupError as exc:
         fail(str(exc))
     covered = (
-        controller_check(s.kube, lease_namespace, force, lease_name)
+        controller_check(s.kube, lease_namespace, force, lease_name, namespaces=(_release_ns(doc),))
         if dry_run != "client"
         else None
     )
@@ -85,3 +86,14 @@ def restore(
     else:
         click.echo(res.line() + (render.DRY_SUFFIX[dry_run] if res.ok else ""), err=not res.ok)
     raise SystemExit(int(Exit.OK if res.ok else Exit.FAILURE))
+
+
+def _release_ns(doc: dict[str, Any]) -> str | None:
+    """The namespace of the HelmRelease a backup belongs to (None: not a backup; the verb
+    says so)."""
+    from ..backup import BackupError, provenance
+
+    try:
+        return provenance(doc)[0]
+    except BackupError:
+        return None

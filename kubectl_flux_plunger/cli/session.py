@@ -154,20 +154,22 @@ def controller_check(
     lease_name: str | None = None,
     *,
     stopped: tuple[tuple[str, str], ...] = (),
+    namespaces: tuple[str | None, ...] = (),
 ) -> Any:
     """The running-controller check of the verbs that write (SPEC §2), read once, before
-    the reads that decide: every flux-plunger Lease of the lease namespace with one LIST.
-    Returns the per-release check for ``Options.covered`` — the running controller that
-    covers a release, as a ``Covered`` — or None with ``--force`` (nothing is read then).
+    the reads that decide: every flux-plunger Lease of the cluster with one LIST.  Returns
+    the per-release check for ``Options.covered`` — the running controller that covers a
+    release, as a ``Covered`` — or None with ``--force`` (nothing is read then).
 
     ``--lease-name`` only adds a Lease to count as flux-plunger's; it never narrows the
     check.  ``stopped``: Leases (namespace, name) of a controller this command has just
-    stopped (``release-fence --stop-deployment``), not counted.  A refused LIST falls back
-    to the GET of the named Leases, and a Lease that cannot be read at all is a warning, not
-    a refusal (a user without access to the controller's namespace can still act)."""
+    stopped (``release-fence --stop-deployment``), not counted.  A refused cluster-wide
+    LIST falls back to ``--lease-namespace`` and ``namespaces`` (the releases' own) with
+    one warning line; when no Lease can be read at all the verb refuses (one ``error:``
+    line, exit 1, nothing written): it cannot tell a controller's recovery in flight from
+    a crash leftover."""
     import datetime as dt
 
-    from .. import constants as C
     from .. import controller_lease
     from ..executor import Covered
 
@@ -177,23 +179,22 @@ def controller_check(
         return None
     ns = lease_namespace or controller_lease.default_lease_namespace()
     names = (lease_name,) if lease_name else ()
-    found = controller_lease.survey(kube, ns, names=names).without(stopped)
-    now = dt.datetime.now(dt.timezone.utc)
-    if found.list_error:
-        read = ", ".join(dict.fromkeys((C.LEASE_NAME, *names)))
-        click.echo(
-            f"warning: cannot list the Leases in namespace {ns} ({found.list_error}); "
-            f"looking for a running flux-plunger controller only on Lease {read}",
-            err=True,
+    also = tuple(n for n in namespaces if n)
+    found = controller_lease.survey(kube, ns, names=names, also=also)
+    if found.blind():
+        fail(
+            f"cannot read any flux-plunger controller's Lease ({found.list_error}), so a "
+            "running controller's recovery in flight cannot be told from a crash leftover; "
+            "no HelmRelease was written. Grant list on leases cluster-wide (docs/INSTALL.md, "
+            '"What the one-shot verbs need"), or stop every flux-plunger controller and '
+            "pass --force"
         )
-    for lease in found.unreadable():
-        click.echo(
-            f"warning: cannot tell whether a flux-plunger controller is running: "
-            f"{lease.describe(now)}",
-            err=True,
-        )
+    if found.warning():
+        click.echo(f"warning: {found.warning()}", err=True)
+    found = found.without(stopped)
     if not found.live():
         return None
+    now = dt.datetime.now(dt.timezone.utc)
 
     def check(hr: Any) -> Any:
         by = found.covering(hr)

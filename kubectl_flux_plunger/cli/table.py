@@ -45,11 +45,7 @@ def run_table(
     names = target.names
     # every flux-plunger Lease, read before the reads that decide (the named read stays
     # right before its acquire); each release is then held against them on its fresh read
-    covered = (
-        controller_check(s.kube, flags.lease_namespace, flags.force, flags.lease_name)
-        if dry_run != "client"
-        else None
-    )
+    covered = _covered(s, flags)
 
     def show(o: Any) -> bool:
         return bool(
@@ -109,6 +105,19 @@ def run_table(
     raise SystemExit(int(Exit.FAILURE if failed or missing else Exit.OK))
 
 
+def _covered(s: Session, flags: TableFlags) -> Any:
+    """The running-controller check (none for a client-side dry run: nothing is written)."""
+    if flags.dry_run == "client":
+        return None
+    return controller_check(
+        s.kube,
+        flags.lease_namespace,
+        flags.force,
+        flags.lease_name,
+        namespaces=(s.selection.namespace,),
+    )
+
+
 def counts(outcomes: list[Any]) -> dict[str, int]:
     out: dict[str, int] = {}
     for o in outcomes:
@@ -130,26 +139,7 @@ def summary(verb_name: str, outcomes: list[Any], dry_run: str) -> str:
     failed = sum(o.failed for o in outcomes)
     suffix = DRY_SUFFIX[dry_run]
     if verb_name == "recover":
-        stuck = [o for o in outcomes if o.row == Row.LIVE_STUCK]
-        waiting = count(Result.AWAITING_RETRY)
-        done = (
-            f"would recover {planned(Row.LIVE_STUCK)}"
-            if dry_run == "client"
-            else f"would recover {count(Result.RECOVERED)}"
-            if dry_run == "server"
-            else f"recovered {count(Result.RECOVERED)}"
-        )
-        return (
-            f"{done} of {len(stuck) - waiting} stuck HelmReleases, "
-            f"{count(Result.DEFERRED)} deferred, {count(Result.SKIPPED)} skipped, "
-            f"{failed} failed"
-            + (
-                f"; {waiting} recovered earlier, awaiting helm-controller's retry"
-                if waiting
-                else ""
-            )
-            + suffix
-        )
+        return _recover_summary(outcomes, dry_run) + suffix
     lifted = (
         planned(Row.LIVE_SUSPENDED_OWNED, Row.TERMINATING_SUSPENDED_OWNED)
         if dry_run == "client"
@@ -157,3 +147,46 @@ def summary(verb_name: str, outcomes: list[Any], dry_run: str) -> str:
     )
     verb = "would lift" if dry_run != "none" else "lifted"
     return f"{verb} {lifted} flux-plunger suspensions, {failed} failed{suffix}"
+
+
+def _recover_summary(outcomes: list[Any], dry_run: str) -> str:
+    """``recover``'s line: every number of its first clause counts stuck releases only
+    (the row ``live-stuck``); a release that was not stuck and was deferred or failed — a
+    leftover suspension a running controller covers, say — is counted after it, as what it
+    is."""
+    from ..executor import Result
+    from ..plan import Row
+
+    stuck = [o for o in outcomes if o.row == Row.LIVE_STUCK]
+    others = [o for o in outcomes if o.row != Row.LIVE_STUCK]
+
+    def count(among: list[Any], *results: Result) -> int:
+        return sum(o.result in results for o in among)
+
+    waiting = count(stuck, Result.AWAITING_RETRY)
+    planned = sum(o.result == Result.PLANNED and bool(o.steps) for o in stuck)
+    done = (
+        f"would recover {planned}"
+        if dry_run == "client"
+        else f"would recover {count(stuck, Result.RECOVERED)}"
+        if dry_run == "server"
+        else f"recovered {count(stuck, Result.RECOVERED)}"
+    )
+    line = (
+        f"{done} of {len(stuck) - waiting} stuck HelmReleases, "
+        f"{count(stuck, Result.DEFERRED)} deferred, {count(stuck, Result.SKIPPED)} skipped, "
+        f"{sum(o.failed for o in stuck)} failed"
+    )
+    if waiting:
+        line += f"; {waiting} recovered earlier, awaiting helm-controller's retry"
+    rest = [
+        f"{n} {what}"
+        for n, what in (
+            (count(others, Result.DEFERRED), Result.DEFERRED),
+            (sum(o.failed for o in others), Result.FAILED),
+        )
+        if n
+    ]
+    if rest:
+        line += f"; of the HelmReleases not stuck, {', '.join(rest)}"
+    return line

@@ -33,6 +33,10 @@ def core_path(resource: str, namespace: str | None = None, name: str | None = No
     return base
 
 
-def lease_path(namespace: str, name: str | None = None) -> str:
-    base = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace, safe='')}/leases"
+def lease_path(namespace: str | None, name: str | None = None) -> str:
+    """A Lease, the Leases of a namespace, or (``namespace`` None) every Lease."""
+    base = "/apis/coordination.k8s.io/v1"
+    if namespace is not None:
+        base += f"/namespaces/{quote(namespace, safe='')}"
+    base += "/leases"
     return base + (f"/{quote(name, safe='')}" if name else "")

@@ -88,6 +88,9 @@ class Events(Reader):
         )
 
 
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+
+
 class Leases(Reader):
     """Leases (coordination.k8s.io/v1)."""
 
@@ -96,6 +99,14 @@ class Leases(Reader):
 
     def list_leases(self, namespace: str) -> list[Obj]:
         items = self.request("LIST", "GET", lease_path(namespace)).get("items") or []
+        return [i for i in items if isinstance(i, dict)]
+
+    def list_cluster_leases(self) -> list[Obj]:
+        """Every Lease of the cluster but the nodes' heartbeats (``kube-node-lease``, one a
+        node): one LIST, unpaged — a paged one costs a request per page and is slower end to
+        end (docs/BENCHMARKS.md, "Finding every running flux-plunger")."""
+        query: Obj = {"fieldSelector": f"metadata.namespace!={NODE_LEASE_NAMESPACE}"}
+        items = self.request("LIST", "GET", lease_path(None), query=query).get("items") or []
         return [i for i in items if isinstance(i, dict)]
 
     def create_lease(self, namespace: str, body: Obj) -> Obj:

@@ -5,10 +5,11 @@ scopes overlap take each other's in-flight suspensions for crash leftovers and u
 other's recoveries — two shards installed with the same selector, a second unsharded
 install, the reference controller next to this one.  Leader election cannot help: each has
 its own Lease.  So the leader compares its own scope (``--namespace`` and ``--selector``)
-with the scope every other live flux-plunger Lease of its Lease namespace records
+with the scope every other live flux-plunger Lease of the cluster records
 (``scope.disjoint``: conservative, a scope that cannot be read overlaps), once right after it
-becomes leader and then every :data:`CHECK_PERIOD` seconds — one LIST of the Leases each
-time, nothing per release.  While they cannot be shown disjoint it says so loudly:
+becomes leader and then every :data:`CHECK_PERIOD` seconds — one LIST of the Leases of the
+cluster each time (where that is refused, of its own Lease namespace and watched namespace),
+nothing per release.  While they cannot be shown disjoint it says so loudly:
 
 * the gauge ``flux_plunger_scope_overlaps`` (how many other Leases; 0 again once the overlap
   ends);
@@ -41,7 +42,7 @@ CHECK_PERIOD = 60.0
 REMIND_EVERY = 600.0
 REASON = "ScopeOverlap"
 MESSAGE = (
-    "Another running flux-plunger controller's Lease in this namespace records a scope that "
+    "Another running flux-plunger controller's Lease records a scope that "
     "cannot be shown disjoint from this controller's: both write as field manager "
     "flux-plunger and undo each other's recoveries. Give each install its own selector "
     "(docs/INSTALL.md#sharding)"
@@ -76,6 +77,7 @@ class OverlapCheck:
         self._told: tuple[str, ...] = ()  # the Leases the last warning named
         self._told_at = 0.0
         self._list_failed = False
+        self._cluster_failed = False
 
     def count(self) -> int:
         """The gauge: other running flux-plunger Leases overlapping this scope now."""
@@ -97,25 +99,16 @@ class OverlapCheck:
 
     def check(self, now: dt.datetime | None = None) -> None:
         """One LIST of the Leases; the gauge, log line and Event as the module says."""
-        try:
-            items = self.kube.list_leases(self.namespace)
-        except KubeError as exc:
-            if not self._list_failed:
-                log.warning(
-                    "cannot list the Leases to compare this controller's scope with other "
-                    "flux-plunger controllers': %s",
-                    exc,
-                    extra=fields(lease_namespace=self.namespace, status=exc.status),
-                )
-            self._list_failed = True
+        items = self._list()
+        if items is None:
             return  # the last verdict stands
-        self._list_failed = False
         now = now or dt.datetime.now(dt.timezone.utc)
         found = controller_lease.from_items(items, self.namespace, now)
+        me = (self.namespace, self.own_name)
         overlapping = tuple(
             c
             for c in found.live()
-            if c.name != self.own_name and not disjoint(self.own, scope_of(c))
+            if (c.namespace, c.name) != me and not disjoint(self.own, scope_of(c))
         )
         self._set(overlapping)
         names = tuple(c.name for c in overlapping)
@@ -147,6 +140,42 @@ class OverlapCheck:
         if own is not None:
             self.recorder.record(own, REASON, "Warning", MESSAGE)
 
+    def _list(self) -> list[Obj] | None:
+        """Every Lease of the cluster (one LIST, the node heartbeats left out); where that is
+        refused, those of this controller's Lease namespace and of the namespace it watches
+        (one warning line, once).  None: nothing could be listed (one warning, once)."""
+        try:
+            items = self.kube.list_cluster_leases()
+        except KubeError as exc:
+            cluster = exc
+        else:
+            self._list_failed = self._cluster_failed = False
+            return items
+        spaces = tuple(dict.fromkeys(n for n in (self.namespace, self.own.namespace) if n))
+        try:
+            items = [i for ns in spaces for i in self.kube.list_leases(ns)]
+        except KubeError as exc:
+            if not self._list_failed:
+                log.warning(
+                    "cannot list the Leases to compare this controller's scope with other "
+                    "flux-plunger controllers': %s (the cluster's: %s)",
+                    exc,
+                    cluster,
+                    extra=fields(lease_namespace=self.namespace, status=exc.status),
+                )
+            self._list_failed = True
+            return None
+        if not self._cluster_failed or self._list_failed:
+            log.warning(
+                "cannot list the Leases of the cluster to compare this controller's scope with "
+                "other flux-plunger controllers'; comparing only with those in namespace %s: %s",
+                ", ".join(spaces),
+                cluster,
+                extra=fields(lease_namespace=self.namespace, status=cluster.status),
+            )
+        self._list_failed, self._cluster_failed = False, True
+        return items
+
     def _set(self, overlapping: tuple[ControllerLease, ...]) -> None:
         with self._lock:
             self._overlapping = overlapping
@@ -160,6 +189,9 @@ class OverlapCheck:
     def _own_lease(self, items: list[Obj]) -> Obj | None:
         """This controller's Lease as listed, the object the Event is about."""
         for lease in items:
-            if (lease.get("metadata") or {}).get("name") == self.own_name:
+            md = lease.get("metadata") or {}
+            if md.get("name") == self.own_name and md.get("namespace", self.namespace) == (
+                self.namespace
+            ):
                 return {**lease, "apiVersion": "coordination.k8s.io/v1", "kind": "Lease"}
         return None

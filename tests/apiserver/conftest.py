@@ -1,6 +1,11 @@
 """Fixtures for driving the executor against the real apiserver."""
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
+
 import pytest
 
 from kubectl_flux_plunger import constants as C
@@ -77,3 +82,27 @@ def read_counts(plane) -> dict[str, int]:
     else — a fresh cache, so the first run against the server — the refused watch-list
     (WATCH, 422), the GET and a WATCH from its resourceVersion."""
     return {"WATCH": 1, "GET": 0} if plane.watch_lists else {"WATCH": 2, "GET": 1}
+
+
+@contextlib.contextmanager
+def recover_holding(plane, cluster, ns, lease_ns, handshake="120s", name="demo"):
+    """A one-shot `recover -n NS NAME` (a process) from the moment it holds the release:
+    spec.suspend true and owned by flux-plunger's apply, waiting for a handshake no
+    helm-controller answers here (for ``handshake``).  Killed at the end if still running."""
+    from kubectl_flux_plunger import ownership
+    from testplane.cluster import eventually
+
+    env = dict(os.environ, KUBECONFIG=str(plane.kubeconfig))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kubectl_flux_plunger", "recover", "-n", ns, name,
+         "--lease-namespace", lease_ns, "--handshake-timeout", handshake],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        eventually(lambda: ownership.owns_suspend(cluster.get(ns, name))
+                   and cluster.get(ns, name)["spec"].get("suspend"), 30,
+                   "the recovery holding the release")
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()

@@ -21,8 +21,9 @@ CLI_RULES = [
      "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "create", "patch"]},
-    # which flux-plunger controllers run?  (every Lease in the controller's namespace: one
-    # LIST; the GET is the fallback where LIST is refused)
+    # which flux-plunger controllers run?  (every Lease of the cluster, whatever namespace it
+    # is in: one LIST, cluster-wide — this is a ClusterRole; the GET is the fallback where a
+    # LIST is refused)
     {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list"]},
 ]
 
@@ -255,9 +256,12 @@ def test_release_fence_outcome_lines_and_exit_codes(cli, cluster, ns):
 def test_release_fence_without_patch_permission_is_not_released_and_exits_1(plane, cluster, ns):
     cluster.create_hr(ns)
     hold(cluster, ns)
+    # it may read the Leases of the release's namespace (the fallback of issue 36): with no
+    # Lease readable at all, release-fence would refuse before it tried to write
     ro = service_account_kubeconfig(plane, "readonly", namespace=ns, namespace_rules={ns: [
         {"apiGroups": ["helm.toolkit.fluxcd.io"], "resources": ["helmreleases"],
-         "verbs": ["get", "list"]}]})
+         "verbs": ["get", "list"]},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]}]})
     from tests.conftest import run_cli
     res = run_cli("release-fence", "-n", ns, "--retry-window=1s", kubeconfig=ro)
     assert res.code == 1, res

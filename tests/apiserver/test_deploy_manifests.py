@@ -53,9 +53,12 @@ CONTROLLER_CLUSTER_RULES = {
     ("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch", "watch"],
     ("", "secrets"): ["delete", "get", "list"],
     ("", "events"): ["create", "get", "list", "patch"],
+    # serve's scope overlap check lists every Lease of the cluster (issue 36)
+    ("coordination.k8s.io", "leases"): ["list"],
 }
 LEASE_RULES = {("coordination.k8s.io", "leases"): ["create", "get", "list", "update"]}
-HOOK_CLUSTER_RULES = {("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch"]}
+HOOK_CLUSTER_RULES = {("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch"],
+                      ("coordination.k8s.io", "leases"): ["list"]}
 HOOK_ROLE_RULES = {("apps", "deployments"): ["get"], ("apps", "deployments/scale"): ["patch"],
                    ("", "pods"): ["list"], ("coordination.k8s.io", "leases"): ["list"]}
 
@@ -437,16 +440,27 @@ def test_watch_namespace_grants_a_role_in_that_namespace_only(helm):
     docs = render_chart(helm, "flux-plunger", '{"watchNamespace": "team-a"}')
     role = find(docs, "Role", cluster_name())
     assert role["metadata"]["namespace"] == "team-a"
-    assert verbs_by_resource(role) == CONTROLLER_CLUSTER_RULES
+    leases = ("coordination.k8s.io", "leases")
+    assert verbs_by_resource(role) == {k: v for k, v in CONTROLLER_CLUSTER_RULES.items()
+                                       if k != leases}
     binding = find(docs, "RoleBinding", cluster_name())
     assert binding["metadata"]["namespace"] == "team-a"
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": cluster_name()}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "flux-plunger",
                                     "namespace": "flux-plunger"}]
-    controller = [d for d in docs if d["kind"] in ("ClusterRole", "ClusterRoleBinding")
-                  and not is_hook(d)]
-    assert controller == []
+    # the one cluster-wide grant left: the LIST of the Leases (every running flux-plunger,
+    # wherever it leads), a ClusterRole of its own
+    controller = {(d["kind"], d["metadata"]["name"]): d for d in docs
+                  if d["kind"] in ("ClusterRole", "ClusterRoleBinding") and not is_hook(d)}
+    assert sorted(controller) == [("ClusterRole", cluster_name() + "-leases"),
+                                  ("ClusterRoleBinding", cluster_name() + "-leases")]
+    assert verbs_by_resource(controller["ClusterRole", cluster_name() + "-leases"]) == {
+        leases: ["list"]}
+    # the ScopeOverlap Event on its own Lease, in the release namespace, is writable there
+    lease_role = find(docs, "Role", "flux-plunger-leader-election")
+    assert verbs_by_resource(lease_role) == {**LEASE_RULES,
+                                             ("", "events"): ["create", "get", "patch"]}
     args = find(docs, "Deployment", "flux-plunger")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-a" in args
 

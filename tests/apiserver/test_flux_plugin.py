@@ -223,22 +223,13 @@ def test_flux_resume_landing_mid_recovery_stops_it_before_any_delete(flux_binary
     import time
 
     from kubectl_flux_plunger import constants as C
-    from kubectl_flux_plunger import ownership
-    from testplane.cluster import eventually
 
-    from .conftest import stuck_release
+    from .conftest import recover_holding, stuck_release
 
     ns, lease_ns = cluster.namespace("resume"), cluster.namespace("lease")
     stuck_release(cluster, ns)
     env = dict(os.environ, KUBECONFIG=str(plane.kubeconfig))
-    recover = subprocess.Popen(
-        [sys.executable, "-m", "kubectl_flux_plunger", "recover", "-n", ns, "demo",
-         "--lease-namespace", lease_ns, "--handshake-timeout", "120s"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        eventually(lambda: ownership.owns_suspend(cluster.get(ns, "demo"))
-                   and cluster.get(ns, "demo")["spec"].get("suspend"), 30,
-                   "the recovery holding the release")
+    with recover_holding(plane, cluster, ns, lease_ns) as recover:
         # status shows the hold: recovering, since our Apply, by this one-shot run
         shown = subprocess.run([sys.executable, "-m", "kubectl_flux_plunger", "status", "-n", ns,
                                 "demo", "-o", "json", "--lease-namespace", lease_ns],
@@ -256,10 +247,6 @@ def test_flux_resume_landing_mid_recovery_stops_it_before_any_delete(flux_binary
         assert res.returncode == 0, res
         out, err = recover.communicate(timeout=60)
         took = time.monotonic() - resumed_at
-    finally:
-        if recover.poll() is None:
-            recover.kill()
-            recover.communicate()
     assert took < 30, f"the recovery went on for {took:.0f}s after flux resume"
     assert recover.returncode == 1, (out, err)
     assert "deferred: another manager took spec.suspend during recovery; storage left " \
@@ -269,6 +256,9 @@ def test_flux_resume_landing_mid_recovery_stops_it_before_any_delete(flux_binary
     assert "suspend" not in hr["spec"], hr["spec"]   # flux's merge patch drops the field
     assert C.FENCE not in (hr["metadata"].get("finalizers") or []), hr["metadata"]
     assert C.PROCESSED_ANNOTATION not in (hr["metadata"].get("annotations") or {})
+    # issue 38: flux resume leaves the Flux UI's "Suspended by flux-plunger"; the patch that
+    # removed our fence took it
+    assert C.SUSPENDED_BY_ANNOTATION not in (hr["metadata"].get("annotations") or {})
     assert not [e for e in hr["metadata"].get("managedFields") or []
                 if e.get("manager") == C.FIELD_MANAGER], hr["metadata"]["managedFields"]
 
@@ -282,38 +272,28 @@ def test_flux_suspend_landing_mid_recovery_is_a_no_op_and_is_lifted_with_ours(
     suspension: the operator's suspend is gone, as the note warns."""
     from kubectl_flux_plunger import constants as C
     from kubectl_flux_plunger import ownership
-    from testplane.cluster import eventually
 
-    from .conftest import stuck_release
+    from .conftest import recover_holding, stuck_release
 
     ns, lease_ns = cluster.namespace("suspend"), cluster.namespace("lease")
     stuck_release(cluster, ns)
-    env = dict(os.environ, KUBECONFIG=str(plane.kubeconfig))
-    recover = subprocess.Popen(
-        [sys.executable, "-m", "kubectl_flux_plunger", "recover", "-n", ns, "demo",
-         "--lease-namespace", lease_ns, "--handshake-timeout", "8s"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        eventually(lambda: ownership.owns_suspend(cluster.get(ns, "demo"))
-                   and cluster.get(ns, "demo")["spec"].get("suspend"), 30,
-                   "the recovery holding the release")
+    with recover_holding(plane, cluster, ns, lease_ns, handshake="8s") as recover:
         held = cluster.get(ns, "demo")
         res = _real_flux(flux_binary, {"PATH": SYSTEM_PATH, "HOME": str(tmp_path / "home")},
                          "suspend", "helmrelease", "demo", "-n", ns,
                          "--kubeconfig", str(plane.kubeconfig))
         assert res.returncode == 0, res
         after = cluster.get(ns, "demo")
-        # nothing written: the same resourceVersion, spec.suspend still ours alone
+        # nothing written: the same resourceVersion, spec.suspend still ours alone (and the
+        # Flux UI still says "Suspended by flux-plunger")
         assert after["metadata"]["resourceVersion"] == held["metadata"]["resourceVersion"]
+        assert after["metadata"]["annotations"][C.SUSPENDED_BY_ANNOTATION] == "flux-plunger"
         assert ownership.suspend_owners(after) == [(C.FIELD_MANAGER, "Apply")], \
             after["metadata"]["managedFields"]
         out, err = recover.communicate(timeout=60)
-    finally:
-        if recover.poll() is None:
-            recover.kill()
-            recover.communicate()
     assert recover.returncode == 1 and "deferred" in out, (out, err)
     hr = cluster.get(ns, "demo")
     assert not hr["spec"].get("suspend"), hr["spec"]     # the operator's suspend did not stay
     assert ownership.suspend_owners(hr) == [], hr["metadata"]["managedFields"]
     assert C.FENCE not in (hr["metadata"].get("finalizers") or []), hr["metadata"]
+    assert C.SUSPENDED_BY_ANNOTATION not in (hr["metadata"].get("annotations") or {})

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from testplane.signals import default_sigint
 from testplane.plane import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +46,8 @@ def test_the_plane_stops_its_children_on_a_signal(sig, tmp_path):
     out = tmp_path / "plane.out"
     with open(out, "wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "testplane.plane"], cwd=ROOT,
-                                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                                stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=default_sigint)
     kids: dict[int, str] = {}
     try:
         wait_for(lambda: "export KUBECONFIG=" in out.read_text(), 120, "the plane to be ready")

@@ -313,6 +313,28 @@ def dashboard(helm) -> tuple[dict, dict]:  # noqa: F811
     return find(docs, "ConfigMap", "flux-plunger-dashboard"), promrules.dashboard(docs)
 
 
+def test_two_installs_ship_two_dashboards_that_never_collide(helm):  # noqa: F811
+    """Each install's dashboard has its own uid and title (issue 36: two installs that
+    enabled it shipped one uid, and Grafana keeps one dashboard per uid); the same install
+    renders the same ones on every upgrade."""
+    def board(namespace: str, release: str) -> dict:
+        proc = helm_template(helm, namespace, "dashboard.enabled=true", release=release)
+        assert proc.returncode == 0, proc.stderr
+        return promrules.dashboard([d for d in yaml.safe_load_all(proc.stdout) if d])
+
+    boards = {(ns, rel): board(ns, rel) for ns, rel in (
+        (NS, "flux-plunger"), (NS, "flux-plunger-shard1"), ("flux-system", "flux-plunger"))}
+    uids = {b["uid"] for b in boards.values()}
+    titles = {b["title"] for b in boards.values()}
+    assert len(uids) == len(titles) == 3, boards
+    assert all(len(u) <= 40 and u.startswith("flux-plunger-") for u in uids)   # Grafana's limit
+    assert boards[NS, "flux-plunger"]["title"] == f"flux-plunger ({NS}/flux-plunger)"
+    assert board(NS, "flux-plunger")["uid"] == boards[NS, "flux-plunger"]["uid"]
+    # nothing else differs: the panels and variables are the one dashboard's
+    a, b = (dict(x, uid="", title="") for x in list(boards.values())[:2])
+    assert a == b
+
+
 PANELS = {"Recoveries by result", "Deferrals", "Queue depth", "Fences held",
           "Leader per install", "Ready instances per install", "API requests",
           "Releases left stuck"}

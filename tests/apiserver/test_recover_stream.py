@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from testplane.signals import default_sigint
 from kubectl_flux_plunger import constants as C
 from kubectl_flux_plunger.detect import is_fenced, is_suspended
 from kubectl_flux_plunger.ownership import owns_suspend
@@ -27,7 +28,7 @@ def start(plane, *args: str) -> subprocess.Popen[str]:
     env["KUBECONFIG"] = str(plane.kubeconfig)
     return subprocess.Popen([sys.executable, "-m", "kubectl_flux_plunger", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            stdin=subprocess.DEVNULL)
+                            stdin=subprocess.DEVNULL, preexec_fn=default_sigint)
 
 
 def held_by_us(cluster, ns, name="demo") -> bool:

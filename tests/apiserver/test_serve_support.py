@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from testplane.signals import default_sigint
 from kubectl_flux_plunger import constants as C
 from testplane.plane import free_port
 
@@ -41,7 +42,8 @@ class Serve:
         env.pop("KUBECONFIG", None)
         with open(self.log_path, "wb") as fh:
             self.proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, env=env)
+                                         stdin=subprocess.DEVNULL, env=env,
+                                         preexec_fn=default_sigint)
         self.exited_at: float | None = None
 
     # -- process -----------------------------------------------------------------

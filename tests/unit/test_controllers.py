@@ -47,18 +47,27 @@ def scoped(name: str, selector: str = "", namespace: str = "", **kw) -> dict:
 
 
 class Leases:
-    """list_leases / get_lease of a namespace; ``forbid_list``: the LIST is refused."""
+    """list_cluster_leases, and list_leases / get_lease of a namespace (an item without a
+    namespace is in every namespace); ``forbid_cluster``: the cluster-wide LIST is refused,
+    ``forbid_list``: every LIST is."""
 
-    def __init__(self, items=(), *, forbid_list=False, forbid_get=False):
+    def __init__(self, items=(), *, forbid_list=False, forbid_get=False, forbid_cluster=False):
         self.items = list(items)
         self.forbid_list, self.forbid_get = forbid_list, forbid_get
+        self.forbid_cluster = forbid_cluster or forbid_list
         self.sent: list[tuple[str, str]] = []
+
+    def list_cluster_leases(self):
+        self.sent.append(("LIST", "*"))
+        if self.forbid_cluster:
+            raise KubeError(403, "Forbidden", "leases is forbidden at the cluster scope")
+        return self.items
 
     def list_leases(self, namespace):
         self.sent.append(("LIST", namespace))
         if self.forbid_list:
             raise KubeError(403, "Forbidden", "leases is forbidden")
-        return self.items
+        return [i for i in self.items if i["metadata"].get("namespace", namespace) == namespace]
 
     def get_lease(self, namespace, name):
         self.sent.append(("GET", name))
@@ -82,7 +91,7 @@ def test_one_list_finds_every_flux_plunger_lease():
                 lease_obj("custom-id"),                                 # only by --lease-name
                 lease_obj(C.LEASE_NAME)])                               # the reference's
     found = survey(k, "fp", NOW, names=("custom-id",))
-    assert k.sent == [("LIST", "fp")]
+    assert k.sent == [("LIST", "*")]
     assert [c.name for c in found.leases] == [C.LEASE_NAME, "aa.flux-plunger.cozystack.io",
                                               "b.flux-plunger.cozystack.io", "custom-id"]
     assert not found.list_error
@@ -132,12 +141,13 @@ def test_the_deferral_names_the_holder_the_lease_and_the_scope():
 def test_a_refused_list_falls_back_to_the_named_leases():
     k = Leases([lease_obj("custom-id")], forbid_list=True)
     found = survey(k, "fp", NOW, names=("custom-id",))
-    assert k.sent == [("LIST", "fp"), ("GET", C.LEASE_NAME), ("GET", "custom-id")]
-    assert "forbidden" in found.list_error
+    assert k.sent == [("LIST", "*"), ("LIST", "fp"), ("GET", C.LEASE_NAME),
+                      ("GET", "custom-id")]
+    assert "forbidden" in found.list_error and not found.blind()
     assert [c.name for c in found.live()] == ["custom-id"]
     unreadable = survey(Leases(forbid_list=True, forbid_get=True), "fp", NOW)
     assert [c.name for c in unreadable.unreadable()] == [C.LEASE_NAME]
-    assert unreadable.live() == []
+    assert unreadable.live() == [] and unreadable.blind()
 
 
 def test_without_drops_the_named_leases():
@@ -279,7 +289,7 @@ def _renewed_now() -> str:
 def test_controller_check_reads_once_and_force_reads_nothing(capsys):
     k = Leases([scoped("b.flux-plunger.cozystack.io", f"{KEY}=b", renew=_renewed_now())])
     check = _check(k)
-    assert k.sent == [("LIST", "fp")]
+    assert k.sent == [("LIST", "*")]
     by = check(release(**{KEY: "b"}))
     assert by.lease == "b.flux-plunger.cozystack.io" and "pod_1" in by.detail
     assert check(release(**{KEY: "c"})) is None
@@ -298,17 +308,60 @@ def test_controller_check_ignores_the_stopped_controller():
 
 
 def test_controller_check_warns_when_it_cannot_list_or_read(capsys):
-    check = _check(Leases([lease_obj(C.LEASE_NAME, renew=_renewed_now())], forbid_list=True),
-                   lease_name="custom")
+    k = Leases([lease_obj(C.LEASE_NAME, renew=_renewed_now())], forbid_list=True)
+    check = _check(k, lease_name="custom")
     err = capsys.readouterr().err
-    assert err == ("warning: cannot list the Leases in namespace fp (leases is forbidden); "
-                   "looking for a running flux-plunger controller only on Lease "
-                   f"{C.LEASE_NAME}, custom\n")
+    assert err == ("warning: cannot list the Leases of the cluster (leases is forbidden at the "
+                   "cluster scope); looking for running flux-plunger controllers only in Lease "
+                   f"fp/{C.LEASE_NAME}, fp/custom\n")
+    assert k.sent == [("LIST", "*"), ("LIST", "fp"), ("GET", C.LEASE_NAME), ("GET", "custom")]
     assert check(release()) is not None                            # the GET found the default
-    assert _check(Leases(forbid_list=True, forbid_get=True)) is None
+
+
+def test_controller_check_falls_back_to_the_lease_and_release_namespaces(capsys):
+    """Issue 36: no list on Leases cluster-wide (a namespace admin) — the LIST of the lease
+    namespace and of the releases' own, one warning line; a live Lease there still counts."""
+    shard = scoped("b.flux-plunger.cozystack.io", f"{KEY}=b", renew=_renewed_now())
+    shard["metadata"]["namespace"] = "apps"
+    k = Leases([shard], forbid_cluster=True)
+    check = _check(k, namespaces=("apps", None))
+    assert k.sent == [("LIST", "*"), ("LIST", "fp"), ("LIST", "apps")]
+    assert capsys.readouterr().err == (
+        "warning: cannot list the Leases of the cluster (leases is forbidden at the cluster "
+        "scope); looking for running flux-plunger controllers only in namespace fp and "
+        "namespace apps\n")
+    assert check(release(**{KEY: "b"})).lease == "b.flux-plunger.cozystack.io"
+
+
+def test_controller_check_refuses_when_no_lease_can_be_read(capsys):
+    """Nothing readable at all: the verb cannot tell a controller's recovery from a crash
+    leftover — one error line, exit 1, before anything is read that decides; --force acts."""
+    k = Leases(forbid_list=True, forbid_get=True)
+    with pytest.raises(SystemExit) as exc:
+        _check(k, namespaces=("apps",))
+    assert exc.value.code == 1
     err = capsys.readouterr().err
-    assert "warning: cannot tell whether a flux-plunger controller is running: cannot read " \
-           f"Lease fp/{C.LEASE_NAME}" in err
+    assert err.startswith("error: cannot read any flux-plunger controller's Lease (leases is "
+                          "forbidden at the cluster scope)") and err.count("\n") == 1, err
+    assert "no HelmRelease was written" in err and "--force" in err
+    assert _check(Leases(forbid_list=True, forbid_get=True), force=True) is None
+
+
+def test_a_live_lease_in_another_namespace_covers_and_an_expired_one_does_not():
+    """The cluster-wide survey: a controller leading in flux-system (no selector recorded)
+    covers every release; the same Lease expired covers none; its name may repeat the
+    contract's of the lease namespace without either hiding the other."""
+    other = lease_obj(C.LEASE_NAME, {C.LEASE_SELECTOR_ANNOTATION: "",
+                                     C.LEASE_NAMESPACE_ANNOTATION: ""})
+    other["metadata"]["namespace"] = "flux-system"
+    mine = lease_obj(C.LEASE_NAME, renew=STALE)
+    mine["metadata"]["namespace"] = "fp"
+    found = survey(Leases([mine, other]), "fp", NOW)
+    assert [(c.namespace, c.name) for c in found.leases] == [("fp", C.LEASE_NAME),
+                                                             ("flux-system", C.LEASE_NAME)]
+    assert found.covering(release(ns="apps")).namespace == "flux-system"
+    other["spec"]["renewTime"] = STALE
+    assert survey(Leases([mine, other]), "fp", NOW).covering(release(ns="apps")) is None
 
 
 # -- --no-headers where there is no header line ------------------------------------------------
@@ -324,3 +377,31 @@ def test_no_headers_is_a_usage_error_on_the_verbs_without_a_table_header(capsys,
     assert err.startswith(f"error: --no-headers: {verb[0]} prints one line per HelmRelease "
                           "and no header line"), err
     assert f"See 'kubectl flux-plunger {verb[0]} --help' for usage." in err
+
+
+# -- recover's summary counts what it says it counts (issue 36) ------------------------------
+
+def test_recovers_summary_counts_a_deferred_release_that_was_not_stuck_apart():
+    """A leftover suspension a running controller covers is deferred, but it was not stuck:
+    "recovered 0 of 0 stuck HelmReleases, 1 deferred" counted it among the stuck."""
+    from types import SimpleNamespace
+
+    from kubectl_flux_plunger.cli.table import summary
+    from kubectl_flux_plunger.plan import Row
+
+    def o(row, result, failed=False):
+        return SimpleNamespace(row=row, result=result, failed=failed, steps=())
+
+    held = o(Row.LIVE_SUSPENDED_OWNED, Result.DEFERRED)
+    assert summary("recover", [held], "none") == (
+        "recovered 0 of 0 stuck HelmReleases, 0 deferred, 0 skipped, 0 failed; of the "
+        "HelmReleases not stuck, 1 deferred")
+    outcomes = [o(Row.LIVE_STUCK, Result.RECOVERED), o(Row.LIVE_STUCK, Result.DEFERRED),
+                o(Row.LIVE_STUCK, Result.FAILED, failed=True), held,
+                o(Row.LIVE_FENCED, Result.FAILED, failed=True),
+                o(Row.LIVE_SUSPENDED_OWNED, Result.RELINQUISHED)]
+    assert summary("recover", outcomes, "none") == (
+        "recovered 1 of 3 stuck HelmReleases, 1 deferred, 0 skipped, 1 failed; of the "
+        "HelmReleases not stuck, 1 deferred, 1 failed")
+    assert summary("recover", outcomes[:1], "none") == (
+        "recovered 1 of 1 stuck HelmReleases, 0 deferred, 0 skipped, 0 failed")

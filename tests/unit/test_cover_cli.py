@@ -25,6 +25,8 @@ LEASES = "/apis/coordination.k8s.io/v1/namespaces/fp/leases"
 LEASE = f"{LEASES}/{constants.LEASE_NAME}"
 # where the writing verbs list the controllers' Leases by default (no pod namespace here)
 DEFAULT_LEASES = "/apis/coordination.k8s.io/v1/namespaces/flux-plunger/leases"
+# the verbs and status list every Lease of the cluster (issue 36)
+CLUSTER_LEASES = "/apis/coordination.k8s.io/v1/leases"
 
 
 class _Stream:
@@ -142,7 +144,7 @@ def _status_routes(events_per_watch):
                if isinstance(w, list) else w for w in events_per_watch]
     return {
         ("LIST", HRS): [{"metadata": {"resourceVersion": "5"}, "items": []}],
-        ("LIST", LEASES): [{"items": []}],  # status reads every controller Lease (shards)
+        ("LIST", CLUSTER_LEASES): [{"items": []}],  # status reads every controller Lease
         ("LIST", SECRETS): [{"items": []}],
         ("WATCH", HRS): watches,
     }
@@ -238,7 +240,7 @@ def test_release_fence_client_dry_run_outputs(capsys, routed):
 
 def test_release_fence_warns_when_stopped_pods_cannot_be_listed(capsys, routed, monkeypatch):
     routed({("LIST", HRS): [{"metadata": {}, "items": []}],
-            ("LIST", DEFAULT_LEASES): [{"items": []}]})
+            ("LIST", CLUSTER_LEASES): [{"items": []}]})
     monkeypatch.setattr(stop_verb, "stop", lambda *a, **k: stop_verb.Stopped(
         found=True, pods_unknown=True, selector=""))
     waited = []
@@ -277,7 +279,7 @@ def test_restore_name_output_only_for_a_restored_secret(capsys, routed, tmp_path
             ("GET", secret_path): [K.kube_error(404, "NotFound", "nf",
                                                 {"details": {"name": "x"}}), {}],
             ("CREATE", SECRETS): [{}],
-            ("LIST", DEFAULT_LEASES): [{"items": []}]})
+            ("LIST", CLUSTER_LEASES): [{"items": []}]})
     code, out, _ = run(capsys, "restore", "-n", "apps", "-o", "name", str(path))
     assert code == 0 and out == "secret/sh.helm.release.v1.my-app.v2\n"
     code, out, err = run(capsys, "restore", "-n", "apps", "-o", "name", str(path))
@@ -310,3 +312,25 @@ def test_main_turns_exceptions_into_exit_codes(capsys, monkeypatch, raised, code
     monkeypatch.setattr(cli.cli, "main", boom)
     assert cli.main(["status"]) == code
     assert capsys.readouterr().err == err
+
+
+def test_a_frozen_binary_says_what_it_runs_on(capsys, tmp_path, monkeypatch):
+    """krew/binary.py writes what the frozen bundle needs (issue 37) into it; ``version``
+    (every output) and the fast ``version --client`` path print it; outside a frozen bundle
+    (and in one without the file) there is no such line."""
+    from kubectl_flux_plunger import entry, frozen
+
+    assert frozen.runs_on() is None
+    monkeypatch.setattr("sys._MEIPASS", str(tmp_path), raising=False)
+    assert frozen.runs_on() is None
+    (tmp_path / frozen.RUNS_ON).write_text("linux/amd64, glibc 2.31 or newer\n")
+    assert frozen.runs_on() == "linux/amd64, glibc 2.31 or newer"
+    code, out, _ = run(capsys, "version", "--client", "-o", "json")
+    assert code == 0 and json.loads(out) == {"clientVersion": cli.__version__,
+                                             "runsOn": "linux/amd64, glibc 2.31 or newer"}
+    code, out, _ = run(capsys, "version", "--client")
+    assert out.splitlines() == [f"Client Version: {cli.__version__}",
+                                "Runs On: linux/amd64, glibc 2.31 or newer"]
+    fast = entry.fast_answer(["version", "--client"])
+    assert fast is not None and fast.splitlines() == out.splitlines()
+    assert entry.fast_answer(["--version"]) == cli.__version__

@@ -193,6 +193,9 @@ class _Leases:
     def __init__(self, items=None, error=None):
         self.items, self.error = items or [], error
 
+    def list_cluster_leases(self):
+        return self.list_leases(None)
+
     def list_leases(self, namespace):
         if self.error:
             raise self.error

@@ -29,13 +29,13 @@ OWN = "a.flux-plunger.cozystack.io"
 
 
 def lease(name, selector=None, namespace=None, *, renew="2026-12-01T11:59:58.000000Z",
-          holder="pod_1", uid=None):
+          holder="pod_1", uid=None, lease_ns="fp"):
     ann = {}
     if selector is not None:
         ann[C.LEASE_SELECTOR_ANNOTATION] = selector
     if namespace is not None:
         ann[C.LEASE_NAMESPACE_ANNOTATION] = namespace
-    return {"metadata": {"name": name, "namespace": "fp", "uid": uid or f"uid-{name}",
+    return {"metadata": {"name": name, "namespace": lease_ns, "uid": uid or f"uid-{name}",
                          "annotations": ann},
             "spec": {"holderIdentity": holder, "renewTime": renew, "leaseDurationSeconds": 15}}
 
@@ -46,13 +46,20 @@ class Store(Events):
     def __init__(self, *leases):
         super().__init__()
         self.leases = list(leases)
-        self.list_error: KubeError | None = None
+        self.list_error: KubeError | None = None      # every LIST refused
+        self.cluster_error: KubeError | None = None   # only the cluster-wide LIST refused
+
+    def list_cluster_leases(self):
+        self.calls.append("LIST")
+        if self.list_error is not None or self.cluster_error is not None:
+            raise self.list_error or self.cluster_error
+        return self.leases
 
     def list_leases(self, namespace):
-        self.calls.append("LIST")
+        self.calls.append(f"LIST {namespace}")
         if self.list_error is not None:
             raise self.list_error
-        return self.leases
+        return [i for i in self.leases if i["metadata"]["namespace"] == namespace]
 
 
 class Clock:
@@ -210,3 +217,38 @@ def test_the_gauge_is_exported():
     families = {f.name: f for f in collector(m).collect()}
     assert families["flux_plunger_scope_overlaps"].samples[0].value == 2
     assert Metrics().scope_overlaps() == 0
+
+
+def test_a_lease_in_another_namespace_counts_even_under_our_own_name(caplog):
+    """Issue 36: the check lists the Leases of the cluster — a plain install in flux-system
+    leading on the contract's Lease name, as this one does in fp, is another controller."""
+    store = Store(lease(OWN, f"{KEY}=a", ""),
+                  lease(OWN, None, None, lease_ns="flux-system"),       # the same name elsewhere
+                  lease("b.flux-plunger.cozystack.io", f"{KEY}=b", "", lease_ns="shard-b"))
+    check, _ = check_of(store)
+    check.check(NOW)
+    assert check.count() == 1 and store.calls[0] == "LIST"
+    (line,) = warnings(caplog)
+    assert line.fp_fields["overlaps"] == [
+        f"Lease flux-system/{OWN} held by pod_1, no scope recorded (taken to watch every "
+        "release)"]
+    (event,) = store.objects.values()
+    assert event["involvedObject"]["namespace"] == "fp"                # on our own Lease
+
+
+def test_a_refused_cluster_list_falls_back_to_our_own_namespaces(caplog):
+    store = Store(lease(OWN, f"{KEY}=a", ""),
+                  lease("twin.flux-plunger.cozystack.io", f"{KEY}=a", ""),
+                  lease("far.flux-plunger.cozystack.io", f"{KEY}=a", "", lease_ns="elsewhere"))
+    store.cluster_error = KubeError(403, "Forbidden", "leases is forbidden at the cluster scope")
+    check, _ = check_of(store)
+    check.check(NOW)
+    check.check(NOW)
+    assert check.count() == 1                                   # the twin; "far" is not seen
+    assert [c for c in store.calls if c.startswith("LIST")] == ["LIST", "LIST fp"] * 2
+    (line,) = [r for r in warnings(caplog) if "cannot list" in r.getMessage()]
+    assert "cannot list the Leases of the cluster" in line.getMessage()
+    assert "only with those in namespace fp" in line.getMessage()
+    store.cluster_error = None                                  # granted: seen again
+    check.check(NOW)
+    assert check.count() == 2
