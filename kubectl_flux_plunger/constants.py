@@ -13,6 +13,12 @@ LEASE_NAME = "flux-plunger.cozystack.io"  # serve --leader-election-id's default
 LEASE_SELECTOR_ANNOTATION = "flux-plunger.cozystack.io/selector"
 LEASE_NAMESPACE_ANNOTATION = "flux-plunger.cozystack.io/watch-namespace"
 EVENT_COMPONENT = "flux-plunger"
+# The Flux Operator's Web UI shows "Suspended by <value>" from this annotation (its Suspend
+# sets it, its Resume deletes it).  flux-plunger writes it with its suspension, one value for
+# every flux-plunger process (they all write as FIELD_MANAGER; `status` names the process),
+# never over another name, and removes it only with its own suspension (writes.py).
+SUSPENDED_BY_ANNOTATION = "fluxcd.controlplane.io/suspendedBy"
+SUSPENDED_BY = FIELD_MANAGER
 
 HR_GROUP = "helm.toolkit.fluxcd.io"
 HR_VERSION = "v2"

@@ -6,6 +6,10 @@ writer sets a different value, so this is the only signal that cannot go stale; 
 ``spec.suspend``, annotations and the shared ``flux-client-side-apply`` manager never count.
 Malformed entries are treated as owning nothing: this module never raises on odd input.
 The fence is ours by name alone: no other writer uses ``constants.FENCE``.
+
+The Flux UI's ``suspendedBy`` annotation is ours only when it carries our value **and** our
+``Apply`` entry lists it (``f:metadata`` → ``f:annotations`` → ``f:<key>``): a name some
+other writer put there — even ours, spelled the same — is never taken for ours.
 """
 
 from __future__ import annotations
@@ -68,6 +72,49 @@ def sole_owner_is_us(hr: Obj) -> bool:
     """
     owners = [entry for entry in _entries(hr) if _claims_suspend(entry)]
     return bool(owners) and all(_is_ours(entry) for entry in owners)
+
+
+def _claims_suspended_by(entry: Obj) -> bool:
+    """True when the entry's ``fieldsV1`` lists the ``suspendedBy`` annotation."""
+    fields: Any = entry.get("fieldsV1")
+    metadata = fields.get("f:metadata") if isinstance(fields, dict) else None
+    notes = metadata.get("f:annotations") if isinstance(metadata, dict) else None
+    return isinstance(notes, dict) and f"f:{constants.SUSPENDED_BY_ANNOTATION}" in notes
+
+
+def suspended_by(hr: Obj) -> str | None:
+    """The value of the Flux UI's ``suspendedBy`` annotation; None when absent or odd."""
+    metadata = hr.get("metadata")
+    notes = metadata.get("annotations") if isinstance(metadata, dict) else None
+    value = notes.get(constants.SUSPENDED_BY_ANNOTATION) if isinstance(notes, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def suspended_by_managers(hr: Obj) -> list[str]:
+    """Every manager whose managedFields entry lists the ``suspendedBy`` annotation."""
+    return list(
+        dict.fromkeys(
+            str(entry.get("manager", "")) for entry in _entries(hr) if _claims_suspended_by(entry)
+        )
+    )
+
+
+def owns_suspended_by(hr: Obj) -> bool:
+    """True iff the annotation says flux-plunger and our ``Apply`` entry lists it."""
+    return suspended_by(hr) == constants.SUSPENDED_BY and any(
+        _is_ours(entry) and _claims_suspended_by(entry) for entry in _entries(hr)
+    )
+
+
+def may_mark_suspended_by(hr: Obj) -> bool:
+    """May our apply carry ``suspendedBy: flux-plunger``?  Only when the key is absent or
+    already says flux-plunger: applying a different value over another writer's would be a
+    field-manager conflict, and a forced acquire would take the name over."""
+    metadata = hr.get("metadata")
+    notes = metadata.get("annotations") if isinstance(metadata, dict) else None
+    if not isinstance(notes, dict) or constants.SUSPENDED_BY_ANNOTATION not in notes:
+        return True
+    return suspended_by(hr) == constants.SUSPENDED_BY
 
 
 def fence_indices(hr: Obj) -> list[int]:

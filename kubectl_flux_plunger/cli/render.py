@@ -190,6 +190,12 @@ def _null(value: Any) -> Any:
     return None if value in (None, "", "-") else value
 
 
+def _owner(manager: str, operation: str, r: Any) -> dict[str, Any]:
+    """One owner of spec.suspend; ``suspendedBy`` when it also wrote the Flux UI's name."""
+    by = (getattr(r, "suspended_by", None) or {}).get(manager)
+    return {"manager": manager, "operation": operation, **({"suspendedBy": by} if by else {})}
+
+
 def status_item(r: Any) -> dict[str, Any]:
     helm_status = r.helm_status if r.helm_status not in ("-", "<remote>", "<unreadable>") else None
     processed = _null(r.processed)
@@ -204,9 +210,8 @@ def status_item(r: Any) -> dict[str, Any]:
         "suspended": bool(r.suspend),
         # like the SUSPEND-OWNER column: nobody owns a suspension that is not there (an
         # owner of `suspend: false` is no suspension)
-        "suspendOwners": [{"manager": m, "operation": op} for m, op in r.suspend_owners]
-        if r.suspend
-        else [],
+        # (with the Flux UI's suspendedBy name on the owner that wrote it)
+        "suspendOwners": [_owner(m, op, r) for m, op in r.suspend_owners] if r.suspend else [],
         "fenced": bool(r.fenced),
         "processedRevision": processed,
         "storage": {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import constants as C
-from .. import plan, writes
+from .. import ownership, plan, writes
 from ..objects import Obj
 from .outcome import Ending, Options, Report, Result
 from .primitives import Primitives
@@ -25,16 +25,27 @@ class DryRun:
         """The steps ``d`` would take on ``hr``, as a planned report (the recovery's from
         the saga's own step list, after the real storage LIST that chooses)."""
         if d.action is plan.Action.RELINQUISH:
-            keep = writes.relinquish_body(hr)["metadata"].get("finalizers")
+            body = writes.relinquish_body(hr)["metadata"]
+            keep, mark = body.get("finalizers"), body.get("annotations")
+            unmark = ownership.owns_suspended_by(hr) and not mark
             return Report(
                 PLANNED,
                 steps=(
                     "apply (flux-plunger) without spec.suspend"
-                    + (" keeping the fence" if keep else " and without the fence"),
+                    + (" keeping the fence" if keep else " and without the fence")
+                    + (f", and without annotation {C.SUSPENDED_BY_ANNOTATION}" if unmark else ""),
                 ),
             )
         if d.action is plan.Action.REMOVE_FENCE:
-            return Report(PLANNED, steps=(f"remove finalizer {C.FENCE}",))
+            ops = writes.remove_fence_json_patch(hr) or []
+            unmark = any(op["path"] == writes.SUSPENDED_BY_PATH for op in ops)
+            return Report(
+                PLANNED,
+                steps=(
+                    f"remove finalizer {C.FENCE}"
+                    + (f" and annotation {C.SUSPENDED_BY_ANNOTATION}" if unmark else ""),
+                ),
+            )
         if d.action is plan.Action.WAIT_FENCE:
             return Report(
                 PLANNED, steps=("wait for helm-controller to uninstall, then remove the fence",)
@@ -43,7 +54,7 @@ class DryRun:
             choice, report = self.saga.choose(hr)
             if choice is None:
                 return report
-            args = step_args(choice, self.prims.storage_where(hr))
+            args = step_args(choice, self.prims.storage_where(hr), hr)
             steps: list[str] = []
             for step in RECOVERY_STEPS:
                 if step is DELETE and self.opt.backup is not None:

@@ -46,7 +46,8 @@ class Step:
 
 
 ACQUIRE = Step(
-    f"apply (flux-plunger) spec.suspend=true and finalizer {C.FENCE}", "suspended and fenced"
+    f"apply (flux-plunger) spec.suspend=true and finalizer {C.FENCE}{{mark}}",
+    "suspended and fenced",
 )
 HANDSHAKE = Step("wait for helm-controller to observe the suspension", "")
 RECORD = Step(f"annotate {C.PROCESSED_ANNOTATION}={{revision}}", "recorded revision {revision}")
@@ -56,17 +57,22 @@ DELETE = Step(
     "deleted {namespace}/{name}{where}",
 )
 RELINQUISH = Step(
-    "apply (flux-plunger) without spec.suspend and without the fence", "lifted the suspension"
+    "apply (flux-plunger) without spec.suspend and without the fence{unmark}",
+    "lifted the suspension",
 )
 RECOVERY_STEPS = (ACQUIRE, HANDSHAKE, RECORD, DELETE, RELINQUISH)
 
 
-def step_args(choice: storage.Choice, where: str = "") -> dict[str, object]:
+def step_args(choice: storage.Choice, where: str = "", hr: Obj | None = None) -> dict[str, object]:
     """What the step texts name for the chosen revision (``where``: `` in cluster <server>``
-    for storage in the remote cluster of spec.kubeConfig)."""
+    for storage in the remote cluster of spec.kubeConfig; ``hr``: the read the acquire would
+    be built from — whether it marks the Flux UI's suspendedBy)."""
     rev = choice.revision
     assert rev is not None
+    marks = hr is not None and ownership.may_mark_suspended_by(hr)
     return {
+        "mark": f", with annotation {C.SUSPENDED_BY_ANNOTATION}={C.SUSPENDED_BY}" if marks else "",
+        "unmark": f", and without annotation {C.SUSPENDED_BY_ANNOTATION}" if marks else "",
         "revision": rev.number,
         "namespace": rev.namespace,
         "name": rev.name,

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 
 from .. import constants as C
 from .. import controller_lease, detect, ownership, plan, storage
-from ..controller_lease import ControllerLease
+from ..controller_lease import ControllerLease, Controllers
 from ..kube import Kube, KubeError
 from ..objects import Obj
 from ..remote import RemoteError, Remotes, storage_cluster
@@ -38,6 +38,9 @@ class Row:
     # (manager, operation) pairs that own spec.suspend
     metadata: Obj = field(default_factory=Obj)
     suspend_owners: list[tuple[str, str]] = field(default_factory=list)
+    # the Flux UI's suspendedBy name by the manager of suspend_owners that wrote it
+    # (``suspenders``); empty for most releases
+    suspended_by: dict[str, str] = field(default_factory=dict)
     # while ``recovering``: since when flux-plunger holds the release and which process
     # (``hold_of``); None otherwise
     hold: Obj | None = None
@@ -69,19 +72,41 @@ def _age(seconds: float | None) -> str:
     return f"{h // 24}d"
 
 
+def suspenders(hr: Obj) -> dict[str, str]:
+    """The Flux UI's ``suspendedBy`` name, keyed by the manager that owns ``spec.suspend``
+    and wrote that annotation (the Web UI's ``flux-operator-web`` writes both in one merge
+    patch).  Empty when not suspended, when no owner of the suspension wrote the name (one
+    left behind by an earlier suspension), and for our own (the name is ours)."""
+    name = ownership.suspended_by(hr)
+    if not detect.is_suspended(hr) or not name:
+        return {}
+    writers = set(ownership.suspended_by_managers(hr))
+    return {
+        m: name
+        for m, _ in ownership.suspend_owners(hr)
+        if m in writers and m != C.FIELD_MANAGER and name != m
+    }
+
+
 def _owners(hr: Obj) -> str:
     """Who owns spec.suspend; empty when the release is not suspended (an owner of
-    ``suspend: false`` is no suspension)."""
+    ``suspend: false`` is no suspension).  The UI's suspender follows its manager:
+    ``flux-operator-web (alice)``."""
     if not detect.is_suspended(hr):
         return "-"
     owners = ownership.suspend_owners(hr)
     if not owners:
         return "-"
-    return ",".join(
-        dict.fromkeys(
-            f"{m}({op})" if op != "Apply" or m != "flux-plunger" else m for m, op in owners
-        )
-    )
+    by = suspenders(hr)
+
+    def cell(manager: str, operation: str) -> str:
+        if manager in by:
+            return f"{manager} ({by[manager]})"
+        if operation != "Apply" or manager != C.FIELD_MANAGER:
+            return f"{manager}({operation})"
+        return manager
+
+    return ",".join(dict.fromkeys(cell(m, op) for m, op in owners))
 
 
 # What `status` shows for each row of the decision table (SPEC §2 vocabulary).  The state is
@@ -181,12 +206,18 @@ def controller(kube: Kube, lease_namespace: str | None) -> ControllerLease:
 
 
 def controllers(
-    kube: Kube, lease_namespace: str | None, lease_name: str | None = None
-) -> list[ControllerLease]:
-    """The controllers ``status`` reports: every flux-plunger Lease of the lease namespace
-    (one LIST; sharding: one Lease per install), ``lease_name`` counted as one too."""
+    kube: Kube,
+    lease_namespace: str | None,
+    lease_name: str | None = None,
+    also: tuple[str | None, ...] = (),
+) -> Controllers:
+    """The controllers ``status`` reports: every flux-plunger Lease of the cluster (one
+    LIST; sharding: one Lease per install), ``lease_name`` counted as one too; where that
+    LIST is refused, those of the lease namespace and of ``also`` (the releases')."""
     ns = lease_namespace or controller_lease.default_lease_namespace()
-    return controller_lease.read_all(kube, ns, names=(lease_name,) if lease_name else ())
+    return controller_lease.survey(
+        kube, ns, names=(lease_name,) if lease_name else (), also=[n for n in also if n]
+    )
 
 
 def covering(leases: list[ControllerLease] | None, hr: Obj) -> list[ControllerLease]:
@@ -308,5 +339,6 @@ def _row(
         controller=",".join(c.name for c in cover or []),
         metadata=md,
         suspend_owners=list(ownership.suspend_owners(hr)),
+        suspended_by=suspenders(hr),
         hold=hold,
     )

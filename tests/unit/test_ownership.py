@@ -109,3 +109,34 @@ def test_suspend_owners_lists_every_owner_in_order() -> None:
 )
 def test_sole_owner_is_us(managed: list[tuple[str, str, bool]], expected: bool) -> None:
     assert sole_owner_is_us(hr(suspend=True, managed=managed)) is expected
+
+
+# -- the Flux UI's suspendedBy annotation ---------------------------------------------------
+
+SB = constants.SUSPENDED_BY_ANNOTATION
+
+
+def _listing(manager: str, operation: str) -> dict:
+    return {"manager": manager, "operation": operation, "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{SB}": {}}}}}
+
+
+def test_suspended_by_is_ours_only_with_our_value_and_our_apply_entry() -> None:
+    from kubectl_flux_plunger.ownership import (
+        may_mark_suspended_by, owns_suspended_by, suspended_by, suspended_by_managers)
+
+    ours = hr(annotations={SB: US})
+    ours["metadata"]["managedFields"] = [_listing(US, "Apply")]
+    assert suspended_by(ours) == US and owns_suspended_by(ours) and may_mark_suspended_by(ours)
+    assert suspended_by_managers(ours) == [US]
+    for manager, operation in ((US, "Update"), ("kubectl-annotate", "Update")):
+        other = hr(annotations={SB: US})
+        other["metadata"]["managedFields"] = [_listing(manager, operation)]
+        assert not owns_suspended_by(other)
+        assert may_mark_suspended_by(other)        # the same value: applying it is no conflict
+    alice = hr(annotations={SB: "alice"})
+    alice["metadata"]["managedFields"] = [_listing(US, "Apply")]   # (cannot happen; still no)
+    assert not owns_suspended_by(alice) and not may_mark_suspended_by(alice)
+    assert may_mark_suspended_by(hr()) and may_mark_suspended_by(hr(annotations={}))
+    odd = hr(annotations={SB: 7})  # type: ignore[dict-item]
+    assert suspended_by(odd) is None and not may_mark_suspended_by(odd)

@@ -51,6 +51,14 @@ ROWS = [
     Row("tenants", "t1-app", "stuck", False, "-", 3, "uninstalling", "-", False, "1m", "app",
         "apps", "newest revision 3 has status uninstalling and no revision is deployed",
         cluster="https://t1.example:6443", metadata=hr_metadata("tenants", "t1-app")),
+    # issue 38: suspended through the Flux Operator's Web UI by alice
+    Row("team-b", "ui-paused", "suspended-by-other,stuck", True, "flux-operator-web (alice)",
+        2, "uninstalling", "-", False, "3h", "ui-paused", "team-b",
+        "newest revision 2 has status uninstalling and no revision is deployed", stuck=True,
+        metadata=hr_metadata("team-b", "ui-paused", annotations={
+            "fluxcd.controlplane.io/suspendedBy": "alice"}),
+        suspend_owners=[("flux-operator-web", "Update")],
+        suspended_by={"flux-operator-web": "alice"}),
 ]
 
 OUTCOMES = [

@@ -89,3 +89,56 @@ def test_a_recovering_release_shows_since_when_and_which_process_holds_it() -> N
     assert hold_of(hr(conditions=[stuck_condition()]), "stuck", RUNNING) is None
     assert hold_note({"since": None, "by": "a one-shot run"}) == \
         "held by flux-plunger (a one-shot run)"
+
+
+# -- the Flux UI's suspendedBy next to the manager (issue 38) ------------------------------
+
+SB = constants.SUSPENDED_BY_ANNOTATION
+
+
+def ui_suspended(name: str = "alice", *, writer: str = "flux-operator-web",
+                 suspender: str = "flux-operator-web") -> dict:
+    """What the Web UI's Suspend leaves: one merge patch (manager flux-operator-web) setting
+    spec.suspend and the annotation, so one Update entry lists both."""
+    release = hr(suspend=True, annotations={SB: name})
+    fields_of: dict[str, dict] = {}
+    fields_of.setdefault(suspender, {})["f:spec"] = {"f:suspend": {}}
+    fields_of.setdefault(writer, {})["f:metadata"] = {"f:annotations": {f"f:{SB}": {}}}
+    release["metadata"]["managedFields"] = [
+        {"manager": m, "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": f}
+        for m, f in fields_of.items()]
+    return release
+
+
+def test_status_names_the_ui_suspender_next_to_its_manager() -> None:
+    from kubectl_flux_plunger.verbs.status import _owners, suspenders
+
+    release = ui_suspended()
+    assert suspenders(release) == {"flux-operator-web": "alice"}
+    assert _owners(release) == "flux-operator-web (alice)"
+    assert state_of(release, NOW) == "suspended-by-other"
+
+
+def test_a_name_another_manager_left_is_not_pinned_on_the_suspender() -> None:
+    """The UI suspended (alice), `flux resume` kept the name, `flux suspend` suspended again:
+    the name is not the suspender's."""
+    from kubectl_flux_plunger.verbs.status import _owners, suspenders
+
+    release = ui_suspended(suspender="flux-client-side-apply")
+    assert suspenders(release) == {}
+    assert _owners(release) == "flux-client-side-apply(Update)"
+    # nor on a release nobody suspends
+    resumed = ui_suspended()
+    resumed["spec"]["suspend"] = False
+    assert suspenders(resumed) == {} and _owners(resumed) == "-"
+
+
+def test_our_own_name_is_not_repeated() -> None:
+    from kubectl_flux_plunger.verbs.status import _owners, suspenders
+
+    release = hr(suspend=True, annotations={SB: constants.SUSPENDED_BY})
+    release["metadata"]["managedFields"] = [{
+        "manager": constants.FIELD_MANAGER, "operation": "Apply", "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:spec": {"f:suspend": {}},
+                     "f:metadata": {"f:annotations": {f"f:{SB}": {}}}}}]
+    assert suspenders(release) == {} and _owners(release) == "flux-plunger"

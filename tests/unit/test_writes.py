@@ -25,6 +25,20 @@ FENCE = constants.FENCE
 HC = constants.HELM_CONTROLLER_FINALIZER
 TERMINATING = "2026-11-29T19:30:00Z"
 IDENTITY = {"name": "demo", "namespace": "default", "resourceVersion": "100", "uid": "uid-1"}
+SB = constants.SUSPENDED_BY_ANNOTATION
+US = constants.FIELD_MANAGER
+SB_PATH = "/metadata/annotations/fluxcd.controlplane.io~1suspendedBy"
+
+
+def wrote_suspended_by(release: dict, manager: str = US, operation: str = "Apply") -> dict:
+    """``release`` with a managedFields entry of ``manager`` listing the suspendedBy key."""
+    release["metadata"].setdefault("managedFields", []).append({
+        "manager": manager,
+        "operation": operation,
+        "fieldsType": "FieldsV1",
+        "fieldsV1": {"f:metadata": {"f:annotations": {f"f:{SB}": {}}}},
+    })
+    return release
 
 
 def test_acquire_body_is_exactly_the_minimal_apply() -> None:
@@ -32,7 +46,7 @@ def test_acquire_body_is_exactly_the_minimal_apply() -> None:
     assert acquire_body(release) == {
         "apiVersion": "helm.toolkit.fluxcd.io/v2",
         "kind": "HelmRelease",
-        "metadata": {**IDENTITY, "finalizers": [FENCE]},
+        "metadata": {**IDENTITY, "finalizers": [FENCE], "annotations": {SB: US}},
         "spec": {"suspend": True},
     }
 
@@ -139,3 +153,79 @@ def test_builders_refuse_a_read_without_evidence(missing: str,
     del release["metadata"][missing]
     with pytest.raises(ValueError, match="resourceVersion and uid"):
         build(release)
+
+
+# -- the Flux UI's suspendedBy annotation ---------------------------------------------------
+
+@pytest.mark.parametrize("value", [None, US], ids=["absent", "already-ours"])
+def test_acquire_marks_suspended_by_where_no_other_name_is(value: str | None) -> None:
+    release = hr(suspend=False, annotations={SB: value} if value else {"other": "x"})
+    assert acquire_body(release)["metadata"]["annotations"] == {SB: US}
+
+
+@pytest.mark.parametrize("name", ["alice", "", "Flux-Plunger"])
+def test_acquire_never_lists_another_suspenders_name(name: str) -> None:
+    """A name left by the Web UI (its Suspend, then a `flux resume` that keeps it): our
+    apply must not list the key at all — a forced acquire would take it over."""
+    release = wrote_suspended_by(hr(suspend=False, annotations={SB: name}),
+                                 "flux-operator-web", "Update")
+    body = acquire_body(release)
+    assert "annotations" not in body["metadata"], body
+    assert body["spec"] == {"suspend": True} and body["metadata"]["finalizers"] == [FENCE]
+
+
+def test_relinquish_omits_our_suspended_by_so_it_goes_with_the_suspension() -> None:
+    release = wrote_suspended_by(hr(suspend=True, managed=[OURS], finalizers=[HC, FENCE],
+                                    annotations={SB: US}))
+    assert "annotations" not in relinquish_body(release)["metadata"]
+
+
+def test_relinquish_keeps_our_suspended_by_while_a_co_owner_keeps_the_suspension() -> None:
+    release = wrote_suspended_by(hr(suspend=True, managed=[OURS, ("kustomize-controller",
+                                                                  "Apply", True)],
+                                    finalizers=[HC, FENCE], annotations={SB: US}))
+    assert relinquish_body(release)["metadata"]["annotations"] == {SB: US}
+    # a name that is not ours is never listed (omitting it cannot remove it either)
+    theirs = wrote_suspended_by(hr(suspend=True, managed=[OURS, ("kustomize-controller",
+                                                                 "Apply", True)],
+                                   annotations={SB: "alice"}), "flux-operator-web", "Update")
+    assert "annotations" not in relinquish_body(theirs)["metadata"]
+
+
+def test_our_value_written_by_someone_else_is_not_ours() -> None:
+    release = wrote_suspended_by(hr(suspend=True, managed=[OURS], finalizers=[FENCE],
+                                    annotations={SB: US}), "kubectl-annotate", "Update")
+    assert all(op["path"] != SB_PATH for op in unsuspend_json_patch(release))
+    release["spec"]["suspend"] = False
+    assert all(op["path"] != SB_PATH for op in remove_fence_json_patch(release) or [])
+
+
+def test_unsuspend_json_patch_removes_our_suspended_by_in_the_same_patch() -> None:
+    release = wrote_suspended_by(hr(suspend=True, managed=[OURS], annotations={SB: US}))
+    patch = unsuspend_json_patch(release)
+    assert patch[-2:] == [{"op": "test", "path": SB_PATH, "value": US},
+                          {"op": "remove", "path": SB_PATH}]
+    after = jsonpatch.apply_patch(release, patch)
+    assert SB not in after["metadata"]["annotations"] and after["spec"]["suspend"] is False
+
+
+@pytest.mark.parametrize(("suspend", "removed"), [(None, True), (False, True), (True, False)],
+                         ids=["resumed-null", "resumed-false", "someone-keeps-it-suspended"])
+def test_remove_fence_json_patch_takes_our_suspended_by_only_when_nobody_suspends(
+        suspend: bool | None, removed: bool) -> None:
+    release = wrote_suspended_by(hr(suspend=suspend, finalizers=[HC, FENCE],
+                                    annotations={SB: US, "keep": "me"}))
+    patch = remove_fence_json_patch(release)
+    assert patch is not None
+    after = jsonpatch.apply_patch(release, patch)
+    assert after["metadata"]["finalizers"] == [HC]
+    assert (SB not in after["metadata"]["annotations"]) is removed
+    assert after["metadata"]["annotations"]["keep"] == "me"
+
+
+def test_remove_fence_json_patch_fails_when_the_name_changed() -> None:
+    release = wrote_suspended_by(hr(finalizers=[FENCE], annotations={SB: US}))
+    patch = remove_fence_json_patch(release)
+    with pytest.raises(jsonpatch.JsonPatchTestFailed):
+        jsonpatch.apply_patch(hr(finalizers=[FENCE], annotations={SB: "alice"}),
+                              [op for op in patch or [] if "resourceVersion" not in op["path"]])
