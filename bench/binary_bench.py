@@ -1,6 +1,6 @@
 """Benchmark: the self-contained binary against the wheel on a real apiserver (issue 29).
 
-    .venv/bin/python bench/binary_bench.py [--releases 1000] [--rounds 15] [--archive A]
+    .venv/bin/python bench/binary_bench.py [--releases 1000] [--rounds 15] [--archive A]...
 
 * the archive's size (compressed, and unpacked) of the platform built here;
 * `kubectl flux-plunger status -A` wall time (and the child's CPU) on ``--releases``
@@ -10,8 +10,10 @@
   venv's console script, the same code), alternating, median of ``--rounds`` each; the
   outputs must be the same table.
 
-The archive is ``--archive`` or a build of this tree (krew/build.py, cached).  A benchmark:
-it asserts only that both answered the same rows (AGE aside).
+The archive is ``--archive`` or a build of this tree (krew/build.py, cached); ``--archive``
+repeated compares several builds in the same alternation (issue 37: the floor build and a
+``--host`` build), each labelled by its directory's name.  A benchmark: it asserts only that
+all answered the same rows (AGE aside).
 """
 from __future__ import annotations
 
@@ -52,26 +54,29 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--releases", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--archive", type=Path)
+    ap.add_argument("--archive", type=Path, action="append")
     a = ap.parse_args()
     base = Path(tempfile.mkdtemp(prefix="binary-bench-"))
     plane = None
     try:
-        archive = a.archive
-        if archive is None:
+        archives = a.archive
+        if not archives:
             out = base / "dist"
             subprocess.run([sys.executable, str(ROOT / "krew" / "build.py"), "--out-dir", str(out),
                             "--manifest", str(out / "flux-plunger.yaml")], check=True)
-            archive = next(out.glob("kubectl-flux_plunger-v*-*-*.tar.gz"))
-        store = base / "store"
-        with tarfile.open(archive) as tar:
-            tar.extractall(store, filter="tar")
-        unpacked = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
-        print(f"{archive.name}: {archive.stat().st_size / 2**20:.1f} MiB compressed, "
-              f"{unpacked / 2**20:.1f} MiB unpacked")
-        binbin = base / "binary-bin"
-        binbin.mkdir()
-        (binbin / "kubectl-flux_plunger").symlink_to(store / "kubectl-flux_plunger")
+            archives = [next(out.glob("kubectl-flux_plunger-v*-*-*.tar.gz"))]
+        binbins = {}
+        for i, archive in enumerate(archives):
+            store = base / f"store-{i}"
+            with tarfile.open(archive) as tar:
+                tar.extractall(store, filter="tar")
+            unpacked = sum(p.stat().st_size for p in store.rglob("*") if p.is_file())
+            label = "binary" if len(archives) == 1 else f"binary[{archive.parent.name}]"
+            print(f"{label}: {archive.name}: {archive.stat().st_size / 2**20:.1f} MiB "
+                  f"compressed, {unpacked / 2**20:.1f} MiB unpacked")
+            binbins[label] = base / f"binary-bin-{i}"
+            binbins[label].mkdir()
+            (binbins[label] / "kubectl-flux_plunger").symlink_to(store / "kubectl-flux_plunger")
         wheelbin = Path(sys.executable).parent  # the venv's console script
 
         plane = ControlPlane(base / "plane").start()
@@ -90,17 +95,17 @@ def main() -> int:
             list(pool.map(create, range(a.releases)))
         print(f"{a.releases} HelmReleases created in {time.monotonic() - t:.1f}s")
         common = {"HOME": str(base / "home"), "KUBECONFIG": str(plane.kubeconfig)}
-        cases = {
-            "binary": {**common, "PATH": f"{binbin}:/usr/bin:/bin"},
-            "wheel": {**common, "PATH": f"{wheelbin}:/usr/bin:/bin"},
-        }
+        cases = {label: {**common, "PATH": f"{binbin}:/usr/bin:/bin"}
+                 for label, binbin in binbins.items()}
+        cases["wheel"] = {**common, "PATH": f"{wheelbin}:/usr/bin:/bin"}
         argv = [KUBECTL, "flux-plunger", "status", "-A"]
         outputs = {name: measure(argv, env)[2] for name, env in cases.items()}  # warm-up
         def table(out: bytes) -> list[list[bytes]]:
             return [line.split()[:-1] for line in out.splitlines()]  # but AGE, which ticks
 
-        assert table(outputs["binary"]) == table(outputs["wheel"]), "the binary and the wheel differ"
-        rows = outputs["binary"].count(b"\n") - 1
+        for label in binbins:
+            assert table(outputs[label]) == table(outputs["wheel"]), f"{label} and the wheel differ"
+        rows = outputs["wheel"].count(b"\n") - 1
         assert rows == len(range(0, a.releases, 10)), rows
         wall: dict[str, list[float]] = {n: [] for n in cases}
         cpu: dict[str, list[float]] = {n: [] for n in cases}
@@ -114,7 +119,7 @@ def main() -> int:
         ref = statistics.median(wall["wheel"])
         for name in cases:
             w, c = statistics.median(wall[name]), statistics.median(cpu[name])
-            print(f"  {name:7s} wall {w * 1000:7.1f} ms (min {min(wall[name]) * 1000:7.1f})  "
+            print(f"  {name:14s} wall {w * 1000:7.1f} ms (min {min(wall[name]) * 1000:7.1f})  "
                   f"CPU {c * 1000:7.1f} ms  wall vs wheel {w / ref:.2f}x")
     finally:
         if plane is not None:

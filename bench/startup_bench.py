@@ -110,23 +110,20 @@ def floor_layout(base: Path, root: Path) -> Path:
     return bindir
 
 
-ARCHIVE: Path | None = None
-
-
-def binary_layout(base: Path, root: Path) -> Path:
+def binary_layout(base: Path, root: Path, archive: Path | None = None) -> Path:
     """The binary archive unpacked as krew's store holds it, linked from a bin directory."""
     import tarfile
 
-    archive = ARCHIVE
     if archive is None:
         out = base / f"archive-{root.name}"
         subprocess.run([sys.executable, str(root / "krew" / "build.py"), "--out-dir", str(out),
                         "--manifest", str(out / "flux-plunger.yaml")], check=True)
         archive = next(out.glob("kubectl-flux_plunger-v*-*-*.tar.gz"))
-    store = base / f"binary-store-{root.name}"
+    name = f"{root.name}-{archive.parent.name}"
+    store = base / f"binary-store-{name}"
     with tarfile.open(archive) as tar:
         tar.extractall(store, filter="tar")
-    bindir = base / f"binary-bin-{root.name}"
+    bindir = base / f"binary-bin-{name}"
     bindir.mkdir()
     (bindir / "kubectl-flux_plunger").symlink_to(store / "kubectl-flux_plunger")
     return bindir
@@ -151,13 +148,14 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=40)
     ap.add_argument("--modes", default="floor,pip,binary,onefile")
-    ap.add_argument("--archive", type=Path, help="the binary archive (default: build one)")
+    ap.add_argument("--archive", type=Path, action="append",
+                    help="the binary archive (default: build one); repeat to compare builds "
+                         "in one run (issue 37: the floor build and a --host build), each "
+                         "labelled by its directory's name")
     ap.add_argument("--root", type=Path, action="append", default=None,
                     help="source tree(s) to install the plugin from (repeat to compare "
                          "before/after in one run); default: this tree")
     a = ap.parse_args()
-    global ARCHIVE
-    ARCHIVE = a.archive
 
     base = Path(tempfile.mkdtemp(prefix="startup-bench-"))
     try:
@@ -171,13 +169,17 @@ def main() -> int:
             for mode in a.modes.split(","):
                 if mode == "floor" and root != (a.root or [ROOT])[0]:
                     continue
-                bindir = layouts[mode](base, root)
-                env = dict(env0, PATH=f"{bindir}:{pydir}:{env0.get('PATH', '')}")
-                tag = mode if mode == "floor" else f"{mode} {root.name}"
-                for args in ([["--help"]] if mode == "floor"
-                             else [["--help"], ["version", "--client"]]):
-                    cases.append((f"[{tag}] kubectl flux-plunger {' '.join(args)}",
-                                  [KUBECTL, "flux-plunger", *args], env))
+                for archive in (a.archive or [None]) if mode == "binary" else [None]:
+                    bindir = (binary_layout(base, root, archive) if mode == "binary"
+                              else layouts[mode](base, root))
+                    env = dict(env0, PATH=f"{bindir}:{pydir}:{env0.get('PATH', '')}")
+                    tag = mode if mode == "floor" else f"{mode} {root.name}"
+                    if archive is not None and len(a.archive) > 1:
+                        tag += f" {archive.parent.name}"
+                    for args in ([["--help"]] if mode == "floor"
+                                 else [["--help"], ["version", "--client"]]):
+                        cases.append((f"[{tag}] kubectl flux-plunger {' '.join(args)}",
+                                      [KUBECTL, "flux-plunger", *args], env))
         for _, argv, env in cases:       # warm the page cache
             measure(argv, env)
         cpu: dict[str, list[float]] = {name: [] for name, _, _ in cases}

@@ -6,8 +6,10 @@ all five platforms, with this platform's sha256 and, for the four built on other
 not-built-here marker (krew/build.py explains it).  release.yml's last job rewrites the
 manifest from every platform's checksum (``krew/build.py --from-sums``).
 
-A release built on this project's machine (linux/amd64, what CI runs) writes exactly the
-committed krew/flux-plunger.yaml; the test tier checks that.  On another machine the bundled
+A release built on this project's machine (linux/amd64, what CI runs, with the floor root
+built: krew/build.py freezes in it) writes exactly the committed krew/flux-plunger.yaml; the
+test tier checks that.  (release.yml's released linux archives are frozen in an AlmaLinux 8
+container instead, issue 37; its last job writes their checksums into the manifest.)  On another machine the bundled
 system libraries differ, so the archive's bytes and sha256 do too: here the manifest is
 checked against the committed one with the sha256 values set aside (version, URLs, bins,
 platforms must agree everywhere).

@@ -10,8 +10,9 @@
 #   ./hack/setup.sh --stage early  the venv and what lint and the unit, cli, apiserver and e2e
 #                                  tiers run on
 #   ./hack/setup.sh --stage late   the rest, in the order hack/test.sh's later tiers need it:
-#                                  the kind tier's ("kind"), the release tier's ("release"),
-#                                  the compatibility stage's ("compat"); with SETUP_MARKS=DIR
+#                                  the kind tier's ("kind"), the release tier's ("release",
+#                                  and "floor": the krew archive's floor root, built beside the
+#                                  rest), the compatibility stage's ("compat"); with SETUP_MARKS=DIR
 #                                  each part writes DIR/PART.done when it is ready.
 #                                  hack/test.sh runs it in the background, at nice 19, while
 #                                  the first tiers run (a cold machine builds for ~30 min)
@@ -37,6 +38,23 @@ bins() { .venv/bin/python -m testplane.binaries --jobs 2 "$@"; }
 mark() { if [ -n "${SETUP_MARKS:-}" ]; then mkdir -p "$SETUP_MARKS" && touch "$SETUP_MARKS/$1.done"; fi; }
 
 late() {
+  # --- the krew archive's floor root ("floor", issue 37) --------------------------------------
+  # A Debian 11 root with CPython 3.11 built inside it, and the krew build virtualenv in it:
+  # the committed manifest's sha256 is the archive frozen there (krew/build.py --check, which
+  # hack/test.sh runs before the release tier).  ~16 min once per machine (half of it
+  # debootstrap and apt waiting on the network, half the CPython build), then cached by its
+  # inputs under ~/.cache/kubectl-flux-plunger/binary/floor.  It runs beside the parts below
+  # from the start, so its network waits overlap their Go builds; only the release tier
+  # waits for it.  Only where it can be built: linux/amd64, as root (not, e.g., on a release
+  # runner, where tests/release/test_floor.py skips saying so).
+  local floor_pid= floor_log
+  floor_log=${SETUP_MARKS:-$(mktemp -d)}/floor.log
+  if [ "$(uname -sm)" = "Linux x86_64" ] && [ "$(id -u)" = 0 ]; then
+    { .venv/bin/python krew/build.py --fetch-floor && mark floor; } >"$floor_log" 2>&1 &
+    floor_pid=$!
+  else
+    mark floor
+  fi
   # --- the kind tier's ("kind") -----------------------------------------------------------
   # The kind tier installs the release of the work tree (hack/release.py: its image, chart
   # and SBOMs), so it needs what the release needs: cosign (the chart is installed only
@@ -57,7 +75,7 @@ late() {
     .venv/bin/python -m testplane.images all
   fi
   mark kind
-  # --- the release tier's ("release") ------------------------------------------------------
+  # --- the release tier's ("release"; it also waits for "floor") ---------------------------
   # what only the release tier adds: actionlint (the workflows)
   bins actionlint >/dev/null
   mark release
@@ -66,6 +84,11 @@ late() {
   FLUX_PLUNGER_KUBE_VERSION=v1.33.13 bins kube-apiserver >/dev/null
   FLUX_PLUNGER_HELM_CONTROLLER_VERSION=v1.4.3 bins helm-controller crds >/dev/null
   mark compat
+  if [ -n "$floor_pid" ] && ! wait "$floor_pid"; then
+    tail -n 25 "$floor_log" >&2
+    echo "error: building the floor root failed (krew/build.py --fetch-floor; log above, whole in $floor_log)" >&2
+    exit 1
+  fi
 }
 if [ "$stage" = late ]; then
   late

@@ -5,7 +5,8 @@
 #   hack/smoke-binary.sh ARCHIVE VERSION      e.g. dist/kubectl-flux_plunger-v0.1.0-linux-amd64.tar.gz 0.1.0
 #
 # Unpacks the archive into a temporary directory and runs the binary with an empty PATH and
-# HOME (nothing but itself): `--help`, `version --client` (must say VERSION), a usage error
+# HOME (nothing but itself): `--help`, `version --client` (must say VERSION and what the binary
+# needs of the system, `Runs On: ...`), a usage error
 # (exit 2, `error:` first), `status -A` against an unreachable server (exactly one line,
 # `error: ...`, exit 1).  Prints one `ok:` line per check; the first failure exits 1.
 set -euo pipefail
@@ -37,9 +38,11 @@ run --help
 [ "$rc" = 0 ] && [[ $out == "Usage: kubectl flux-plunger "* ]] || fail "--help: exit $rc: $out $err"
 echo "ok: --help"
 run version --client
-out=${out%$'\r'}
-[ "$rc" = 0 ] && [ "$out" = "Client Version: $want" ] || fail "version --client: exit $rc: $out $err"
-echo "ok: version --client says $want"
+first=$(printf '%s\n' "$out" | head -n1 | tr -d '\r')
+runs_on=$(printf '%s\n' "$out" | sed -n 's/^Runs On: //p' | tr -d '\r')
+[ "$rc" = 0 ] && [ "$first" = "Client Version: $want" ] && [ -n "$runs_on" ] ||
+  fail "version --client: exit $rc (want 0, Client Version: $want, a Runs On: line): $out $err"
+echo "ok: version --client says $want, runs on: $runs_on"
 run status --no-such-flag
 [ "$rc" = 2 ] && [[ $err == "error: "* ]] || fail "a usage error: exit $rc (want 2): $err"
 clean "a usage error"

@@ -42,12 +42,16 @@ import io
 import os
 import platform as _platform
 import shutil
-import subprocess
 import sys
 import tarfile
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import buildroot  # noqa: E402
+import floor  # noqa: E402
+from buildroot import Builder  # noqa: E402,F401  (krew/build.py: binary.Builder)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -77,6 +81,9 @@ EXCLUDES = ("setuptools", "pkg_resources", "_distutils_hack", "tkinter", "readli
 DROP_RUNTIME_HOOKS = ("pyi_rth_multiprocessing", "pyi_rth_inspect", "pyi_rth_pkgutil")
 STAGE = "flux-plunger-freeze"  # the fixed directory name the tree is frozen from
 KEEP_ARCHIVES = 4               # cached archives kept (newest first)
+# what the binary needs of the system it runs on, written into _internal/ after the freeze:
+# `version --client` prints it (kubectl_flux_plunger.frozen.runs_on)
+RUNS_ON = "flux-plunger-runs-on.txt"
 
 
 class BinaryError(RuntimeError):
@@ -124,10 +131,14 @@ def requirements_text(tree: Path) -> str:
     return (tree / LOCK).read_text() + "\n" + REQUIREMENTS.read_text()
 
 
-def venv_key(tree: Path) -> str:
-    """What the build virtualenv is a function of."""
-    interp = f"{sys.version}|{os.path.realpath(sys.executable)}|{sys.platform}|" \
-             f"{_platform.machine()}"
+def venv_key(tree: Path, builder: Builder = Builder()) -> str:
+    """What the build virtualenv is a function of: the requirements and the interpreter (the
+    host's, or the floor root's, by the root's key)."""
+    if builder.root is not None:
+        interp = f"floor|{builder.root.name}"
+    else:
+        interp = f"{sys.version}|{os.path.realpath(sys.executable)}|{sys.platform}|" \
+                 f"{_platform.machine()}"
     return _sha(requirements_text(tree).encode(), interp.encode())
 
 
@@ -135,14 +146,28 @@ def venv_python(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
 
 
-def build_venv(tree: Path, cache: Path, offline: bool) -> Path:
-    """The cached build virtualenv (created once per key); returns its python."""
-    venv = cache / f"venv-{venv_key(tree)}"
+def venv_dir(tree: Path, cache: Path, builder: Builder = Builder()) -> Path:
+    """Where the build virtualenv is: the cache, or inside the floor root (/opt/venvs)."""
+    if builder.root is not None:
+        return builder.root / "opt" / "venvs" / f"venv-{venv_key(tree, builder)}"
+    return cache / f"venv-{venv_key(tree)}"
+
+
+def venv_ready(tree: Path, builder: Builder) -> bool:
+    return (venv_dir(tree, cache_dir(), builder) / "done").is_file()
+
+
+def build_venv(tree: Path, cache: Path, offline: bool, builder: Builder = Builder()) -> Path:
+    """The cached build virtualenv (created once per key); returns its python.  In the floor
+    root it lives inside the root (/opt/venvs), made by the root's interpreter."""
+    venv = venv_dir(tree, cache, builder)
     if (venv / "done").is_file():
         return venv_python(venv)
     if offline:
         raise BinaryError(f"--offline, but the build virtualenv {venv} is missing; "
                           "run python3 krew/build.py --fetch once")
+    if builder.root is not None:
+        return _root_venv(tree, venv, builder)
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=venv.name + ".", dir=cache))
     try:
@@ -165,29 +190,58 @@ def build_venv(tree: Path, cache: Path, offline: bool) -> Path:
     return venv_python(venv)
 
 
+def _root_venv(tree: Path, venv: Path, builder: Builder) -> Path:
+    """The build virtualenv inside the floor root: the root interpreter's ``-m venv`` (its
+    pip is the one Debian's python3.11 source ships in ensurepip), then the locked wheels."""
+    shutil.rmtree(venv, ignore_errors=True)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    reqs = venv.with_suffix(".txt")
+    reqs.write_text(requirements_text(tree))
+    env = {"PATH": buildroot.PATH, "HOME": "/root",
+           "PIP_CERT": builder.inner(buildroot.host_ca_bundle(builder.root)),
+           **{k: v for k, v in os.environ.items() if k in buildroot.PIP_PASSED}}
+    try:
+        _run([buildroot.PYTHON, "-m", "venv", builder.inner(venv)],
+             "python -m venv in the floor root", env=env, builder=builder)
+        _run([builder.inner(venv_python(venv)), "-m", "pip", "install", "--quiet",
+              "--disable-pip-version-check", "--no-input", "--require-hashes",
+              "--only-binary=:all:", "--no-deps", "-r", builder.inner(reqs)],
+             "pip install of the locked dependencies and PyInstaller in the floor root",
+             env=env, builder=builder)
+        (venv / "done").write_text("")
+    except BaseException:
+        shutil.rmtree(venv, ignore_errors=True)
+        raise
+    finally:
+        reqs.unlink()
+    return venv_python(venv)
+
+
 def _run(argv: list[str], what: str, env: dict[str, str] | None = None,
-         cwd: Path | None = None) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cwd)
+         cwd: Path | None = None, builder: Builder = Builder()) -> str:
+    proc = builder.run(argv, env=env, cwd=cwd)
     if proc.returncode != 0:
         tail = (proc.stdout + proc.stderr).strip().splitlines()[-15:]
         raise BinaryError(f"{what} failed (exit {proc.returncode}): " + " | ".join(tail))
     return proc.stdout
 
 
-def spec(stage: Path, strip: bool, onefile: bool = False) -> str:
+def spec(stage: Path, strip: bool, onefile: bool = False, builder: Builder = Builder()) -> str:
     """The PyInstaller spec: one-directory, console, no UPX, the package's every module
-    (``onefile``: the same as one self-unpacking executable; bench/startup_bench.py only)."""
+    (``onefile``: the same as one self-unpacking executable; bench/startup_bench.py only).
+    Paths as the freeze sees them (``builder.inner``: inside the floor root)."""
     datas = []
     for pattern in FINGERPRINTED:
         for path in sorted((stage / PACKAGE).glob(pattern)):
             rel = path.relative_to(stage).parent.as_posix()
-            datas.append((str(path), rel))
+            datas.append((builder.inner(path), rel))
+    inner = builder.inner(stage)
     return f"""# generated by krew/binary.py
 from PyInstaller.utils.hooks import collect_submodules
 
 a = Analysis(
-    [{str(stage / ENTRY.name)!r}],
-    pathex=[{str(stage)!r}],
+    [{inner + "/" + ENTRY.name!r}],
+    pathex=[{inner!r}],
     hiddenimports=sorted(set(collect_submodules({PACKAGE!r}) + {list(HIDDEN)!r})),
     excludes={list(EXCLUDES)!r},
     datas={datas!r},
@@ -204,16 +258,16 @@ coll = COLLECT(exe, a.binaries, a.datas, strip={strip!r}, upx=False, name={BIN!r
 
 
 def freeze(tree: Path, python: Path, work: Path, epoch: int, cache: Path,
-           onefile: bool = False) -> Path:
+           onefile: bool = False, builder: Builder = Builder()) -> Path:
     """PyInstaller over a staging copy of ``tree`` at a fixed path; returns the bundle dir
-    (``onefile``: the one executable)."""
-    stage = Path(tempfile.gettempdir()) / STAGE
+    (``onefile``: the one executable).  ``work`` is under ``builder.tmp()`` in a floor build."""
+    stage = builder.tmp() / STAGE
     with _locked(cache / "freeze.lock"):
-        return _freeze(tree, python, work, epoch, cache, stage, onefile)
+        return _freeze(tree, python, work, epoch, cache, stage, onefile, builder)
 
 
 def _freeze(tree: Path, python: Path, work: Path, epoch: int, cache: Path, stage: Path,
-            onefile: bool) -> Path:
+            onefile: bool, builder: Builder) -> Path:
     if stage.exists():
         shutil.rmtree(stage)
     stage.mkdir()
@@ -222,14 +276,20 @@ def _freeze(tree: Path, python: Path, work: Path, epoch: int, cache: Path, stage
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         shutil.copyfile(ENTRY, stage / ENTRY.name)
         strip = sys.platform.startswith("linux")  # symbols: ~25 MiB of libpython and the .so
-        (stage / "flux-plunger.spec").write_text(spec(stage, strip, onefile))
-        env = {**os.environ, "PYTHONHASHSEED": "0", "SOURCE_DATE_EPOCH": str(epoch),
-               "PYINSTALLER_CONFIG_DIR": str(cache / "pyinstaller-config")}
-        for var in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
-            env.pop(var, None)
-        _run([str(python), "-m", "PyInstaller", "--noconfirm", "--clean", "--log-level", "WARN",
-              "--distpath", str(work / "dist"), "--workpath", str(work / "build"),
-              str(stage / "flux-plunger.spec")], "PyInstaller", env=env, cwd=stage)
+        (stage / "flux-plunger.spec").write_text(spec(stage, strip, onefile, builder))
+        if builder.root is None:
+            env = {**os.environ, "PYINSTALLER_CONFIG_DIR": str(cache / "pyinstaller-config")}
+            for var in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV"):
+                env.pop(var, None)
+        else:  # the root's own tools only
+            env = {"PATH": buildroot.PATH, "HOME": "/root",
+                   "PYINSTALLER_CONFIG_DIR": "/var/cache/pyinstaller"}
+        env.update(PYTHONHASHSEED="0", SOURCE_DATE_EPOCH=str(epoch))
+        _run([builder.inner(python), "-m", "PyInstaller", "--noconfirm", "--clean",
+              "--log-level", "WARN", "--distpath", builder.inner(work / "dist"),
+              "--workpath", builder.inner(work / "build"),
+              builder.inner(stage / "flux-plunger.spec")], "PyInstaller", env=env, cwd=stage,
+             builder=builder)
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     bundle = work / "dist" / (bin_name(host_platform()) if onefile else BIN)
@@ -312,11 +372,14 @@ def write_archive(bundle: Path, license_file: Path, out: Path, epoch: int) -> No
     tmp.replace(out)
 
 
-def archive_key(tree: Path, epoch: int, plat: str) -> str:
+def archive_key(tree: Path, epoch: int, plat: str, builder: Builder = Builder()) -> str:
     """Everything the archive is made of: the package's files, the license, the build
-    virtualenv (requirements + interpreter), this module, the frozen script, the epoch."""
-    parts = [venv_key(tree).encode(), f"{epoch}|{plat}".encode(),
-             Path(__file__).read_bytes(), ENTRY.read_bytes(), (tree / "LICENSE").read_bytes()]
+    virtualenv (requirements + interpreter: the host's or the floor root's), this module and
+    the floor modules, the frozen script, the epoch."""
+    parts = [venv_key(tree, builder).encode(), f"{epoch}|{plat}".encode(),
+             Path(__file__).read_bytes(), Path(buildroot.__file__).read_bytes(),
+             Path(floor.__file__).read_bytes(), ENTRY.read_bytes(),
+             (tree / "LICENSE").read_bytes()]
     pkg = tree / PACKAGE
     for p in sorted(pkg.rglob("*")):
         if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc":
@@ -325,23 +388,26 @@ def archive_key(tree: Path, epoch: int, plat: str) -> str:
 
 
 def build_archive(tree: Path, out_dir: Path, tag: str, *, epoch: int, offline: bool,
-                  cache: Path | None = None, fresh: bool = False) -> Path:
-    """The host platform's archive of ``tree`` in ``out_dir``; reused from the cache when
-    one with the same inputs was built before, unless ``fresh``."""
+                  cache: Path | None = None, fresh: bool = False,
+                  builder: Builder = Builder()) -> Path:
+    """The host platform's archive of ``tree`` in ``out_dir``, frozen by ``builder`` (the
+    host's interpreter, or the floor root's); reused from the cache when one with the same
+    inputs was built before, unless ``fresh``."""
     plat = host_platform()
     cache = cache or cache_dir()
     name = archive_name(tag, plat)
-    entry = cache / "archives" / archive_key(tree, epoch, plat)
+    entry = cache / "archives" / archive_key(tree, epoch, plat, builder)
     out = out_dir / name
     out_dir.mkdir(parents=True, exist_ok=True)
     if not fresh and (entry / name).is_file():
         shutil.copyfile(entry / name, out)
         os.utime(entry)
         return out
-    python = build_venv(tree, cache, offline)
-    with tempfile.TemporaryDirectory(prefix="flux-plunger-binary-") as tmp:
-        bundle = freeze(tree, python, Path(tmp), epoch, cache)
-        smoke(bundle / bin_name(plat))
+    python = build_venv(tree, cache, offline, builder)
+    with tempfile.TemporaryDirectory(prefix="flux-plunger-binary-", dir=builder.tmp()) as tmp:
+        bundle = freeze(tree, python, Path(tmp), epoch, cache, builder=builder)
+        mark_floor(bundle, plat, builder)
+        smoke(bundle / bin_name(plat), builder)
         write_archive(bundle, tree / "LICENSE", out, epoch)
     entry.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(out, entry / (name + ".tmp"))
@@ -356,12 +422,34 @@ def prune(archives: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def smoke(exe: Path) -> None:
-    """The frozen build answers ``version --client`` with nothing but itself (empty PATH)."""
-    proc = subprocess.run([str(exe), "version", "--client"], capture_output=True, text=True,
-                          env={"PATH": "", **({"SYSTEMROOT": os.environ["SYSTEMROOT"]}
-                                              if "SYSTEMROOT" in os.environ else {})},
-                          timeout=120)
+def mark_floor(bundle: Path, plat: str, builder: Builder = Builder()) -> str:
+    """Measure what the bundle needs of the system and write it where ``version --client``
+    reads it (_internal/RUNS_ON); a floor build that needs more than its root's glibc fails.
+    Linux: the newest GLIBC_ version any ELF file needs (krew/floor.py); macOS: the
+    deployment target; Windows: nothing to say."""
+    text = plat
+    if plat.startswith("linux/"):
+        rows = floor.glibc_needs(bundle)
+        bad = floor.above(rows, builder.floor) if builder.floor else []
+        if bad:
+            raise BinaryError("the floor build needs more than its root's glibc: " + bad[0])
+        text += f", glibc {floor.newest(rows) or '(any)'} or newer"
+    elif plat.startswith("darwin/"):
+        import sysconfig
+
+        target = (os.environ.get("MACOSX_DEPLOYMENT_TARGET")
+                  or sysconfig.get_config_var("MACOSX_DEPLOYMENT_TARGET"))
+        text += f", macOS {target} or newer" if target else ""
+    (bundle / "_internal" / RUNS_ON).write_text(text + "\n")
+    return text
+
+
+def smoke(exe: Path, builder: Builder = Builder()) -> None:
+    """The frozen build answers ``version --client`` with nothing but itself (empty PATH);
+    a floor build does so inside its root."""
+    env = {"PATH": "", **({"SYSTEMROOT": os.environ["SYSTEMROOT"]}
+                          if "SYSTEMROOT" in os.environ else {})}
+    proc = builder.run([builder.inner(exe), "version", "--client"], env=env, timeout=120)
     if proc.returncode != 0 or not proc.stdout.startswith("Client Version: "):
         raise BinaryError(f"the frozen {exe.name} does not run: exit {proc.returncode}, "
                           f"{(proc.stdout + proc.stderr).strip()[-500:]!r}")

@@ -5,7 +5,10 @@
                                          # + krew/flux-plunger.yaml
     python3 krew/build.py --check        # exit 1 if krew/flux-plunger.yaml does not match a build
     python3 krew/build.py --fetch        # make the cached build virtualenv (PyInstaller + lock)
-    python3 krew/build.py --check --offline   # what CI runs (hack/test.sh)
+    python3 krew/build.py --fetch-floor  # build the floor root (~15 min, once per machine, as
+                                         # root) and the build virtualenv inside it
+    python3 krew/build.py --check --offline   # what CI runs (hack/test.sh, release tier)
+    python3 krew/build.py --host         # freeze with this interpreter, whatever the floor
     python3 krew/build.py --out-dir D --manifest D/flux-plunger.yaml   # build elsewhere (tests)
     python3 krew/build.py --from-sums SHA256SUMS --manifest M   # the release's manifest, from
                                          # every platform's archive checksum (no build)
@@ -22,6 +25,15 @@ that platform's sha256 is the archive built here, and every platform built elsew
 the sha256 of an empty file (NOT_BUILT_HERE, with a comment saying so) — no archive has it,
 so krew refuses such an entry instead of installing anything unchecked.  The released manifest
 is written by the release job with ``--from-sums`` from the five archives' checksums.
+
+The glibc floor (issue 37): on linux/amd64, run as root, with the floor root built
+(``--fetch-floor``; hack/setup.sh's late stage), the freeze runs inside a Debian 11 root with
+its own CPython 3.11 (krew/buildroot.py), so the archive needs glibc 2.31 at most — that is the
+build the committed manifest's sha256 is of, and what ``--check`` builds.  Without the root
+(or with ``--host``) the freeze uses the interpreter running this script, and the archive
+needs what that interpreter and the host's libraries need.  Either way the build says its
+floor (``glibc X.Y or newer``, measured over every ELF file by krew/floor.py), and the binary
+says it in ``version --client``.
 
 Every change to the package changes the archive and so the manifest's sha256: refresh the
 committed manifest with ``python3 krew/build.py`` (~1 min: a freeze; the build virtualenv and
@@ -43,6 +55,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import binary  # noqa: E402
+import buildroot  # noqa: E402
 
 PACKAGE = "kubectl_flux_plunger"
 PLUGIN = "flux-plunger"
@@ -119,13 +132,33 @@ def from_sums(sums_file: Path, manifest: Path, repo: str) -> None:
     manifest.write_text(render_manifest(tag, sums, repo))
 
 
+def builder(mode: str, offline: bool = False) -> binary.Builder:
+    """Where to freeze: ``floor`` (the floor root; an error when it is not built),
+    ``host`` (this interpreter), ``auto`` (the floor root when it is built — with its build
+    virtualenv, ``offline`` — else the host)."""
+    if mode == "host":
+        return binary.Builder()
+    root = buildroot.ready(binary.cache_dir())
+    if root is not None and (mode == "floor" or not offline
+                             or binary.venv_ready(ROOT, binary.Builder(root))):
+        return binary.Builder(root)
+    if mode == "floor":
+        why = buildroot.unusable() or (
+            f"the floor root is not built here ({buildroot.root_dir(binary.cache_dir())}); "
+            "build it once with: python3 krew/build.py --fetch-floor (~15 min, as root)")
+        raise BuildError(why)
+    return binary.Builder()
+
+
 def build(out_dir: Path, manifest: Path | None, *, repo: str, offline: bool,
-          fresh: bool = False, log: TextIO = sys.stderr) -> tuple[Path, str]:
+          fresh: bool = False, mode: str = "auto",
+          log: TextIO = sys.stderr) -> tuple[Path, str]:
     tag = "v" + version()
     epoch = int(os.environ.get("SOURCE_DATE_EPOCH") or DEFAULT_EPOCH)
+    where = builder(mode, offline)
     try:
         archive = binary.build_archive(ROOT, out_dir, tag, epoch=epoch, offline=offline,
-                                       fresh=fresh)
+                                       fresh=fresh, builder=where)
     except binary.BinaryError as exc:
         raise BuildError(str(exc)) from None
     digest = sha256_of(archive)
@@ -133,17 +166,40 @@ def build(out_dir: Path, manifest: Path | None, *, repo: str, offline: bool,
         manifest.parent.mkdir(parents=True, exist_ok=True)
         manifest.write_text(render_manifest(tag, {archive.name: digest}, repo))
     print(f"{archive} sha256={digest} ({archive.stat().st_size / 2**20:.1f} MiB)", file=log)
+    print(f"{archive.name}: {runs_on(archive)}; frozen "
+          + (f"in the floor root (glibc {where.floor})" if where.root else
+             "with this interpreter (a host build: python3 krew/build.py --fetch-floor makes "
+             "the floor root)" if binary.host_platform() == "linux/amd64" else
+             "with this interpreter"), file=log)
     if manifest is not None:
         print(f"{manifest} filled for {tag}", file=log)
     return archive, digest
 
 
-def check(manifest: Path, *, repo: str, offline: bool) -> int:
+def runs_on(archive: Path) -> str:
+    """What the archive says it needs (binary.RUNS_ON), e.g. ``linux/amd64, glibc 2.31 or
+    newer``."""
+    import tarfile
+
+    with tarfile.open(archive) as tar:
+        member = tar.extractfile(f"_internal/{binary.RUNS_ON}")
+        return member.read().decode().strip() if member else "(not stated)"
+
+
+def check(manifest: Path, *, repo: str, offline: bool, mode: str = "auto") -> int:
     """0 when ``manifest`` is what a build of this tree writes, else 1 with a one-line reason
-    and the command that refreshes it."""
+    and the command that refreshes it.  The committed sha256 is the floor build's: on
+    linux/amd64 the check builds in the floor root (``mode`` auto means floor there)."""
+    if mode == "auto" and binary.host_platform() == "linux/amd64":
+        mode = "floor"
     with tempfile.TemporaryDirectory() as tmp:
         fresh = Path(tmp) / f"{PLUGIN}.yaml"
-        archive, digest = build(Path(tmp), fresh, repo=repo, offline=offline, log=io.StringIO())
+        try:
+            archive, digest = build(Path(tmp), fresh, repo=repo, offline=offline, mode=mode,
+                                    log=io.StringIO())
+        except BuildError as exc:
+            print(f"error: cannot check {manifest}: {exc}", file=sys.stderr)
+            return 1
         committed = manifest.read_text() if manifest.is_file() else ""
         if committed != fresh.read_text():
             shas = sorted(set(re.findall(r"sha256: ([0-9a-f]{64})", committed)) - {NOT_BUILT_HERE})
@@ -157,6 +213,19 @@ def check(manifest: Path, *, repo: str, offline: bool) -> int:
     return 0
 
 
+def fetch_floor() -> int:
+    """The floor root and the build virtualenv inside it (hack/setup.sh's late stage)."""
+    cache = binary.cache_dir()
+    try:
+        root = buildroot.build(cache)
+        python = binary.build_venv(ROOT, cache, False, binary.Builder(root))
+    except (buildroot.RootError, binary.BinaryError) as exc:
+        raise BuildError(str(exc)) from None
+    print(f"floor root: {root} (glibc {buildroot.GLIBC}); build virtualenv: "
+          f"{python.parent.parent}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out-dir", type=Path, default=HERE / "dist")
@@ -165,6 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fetch", action="store_true",
                     help="only make the build virtualenv (PyInstaller and the locked "
                          "dependencies; what hack/setup.sh runs, so --offline works later)")
+    ap.add_argument("--fetch-floor", action="store_true",
+                    help="only build the floor root (krew/floor-root.sh; ~15 min, once per "
+                         "machine, as root) and the build virtualenv inside it")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--floor", dest="mode", action="store_const", const="floor",
+                     help="freeze in the floor root (glibc 2.31); fail when it is not built")
+    how.add_argument("--host", dest="mode", action="store_const", const="host",
+                     help="freeze with the interpreter running this script, whatever the floor")
     ap.add_argument("--from-sums", type=Path, metavar="SHA256SUMS",
                     help="write --manifest from these checksums of every platform's archive; "
                          "build nothing")
@@ -177,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="build into a temporary directory and fail unless the manifest "
                          "(--manifest) matches it")
     args = ap.parse_args(argv)
+    mode = args.mode or "auto"
     try:
+        if args.fetch_floor:
+            return fetch_floor()
         if args.fetch:
             try:
                 python = binary.build_venv(ROOT, binary.cache_dir(), args.offline)
@@ -190,9 +270,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.manifest} written from {args.from_sums}", file=sys.stderr)
             return 0
         if args.check:
-            return check(args.manifest, repo=args.repo, offline=args.offline)
+            return check(args.manifest, repo=args.repo, offline=args.offline, mode=mode)
         build(args.out_dir, args.manifest, repo=args.repo, offline=args.offline,
-              fresh=args.fresh)
+              fresh=args.fresh, mode=mode)
     except BuildError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -13,7 +13,8 @@ library's ``os``/``sys``/``zlib``:
   text comes from (``cli/*.py``, the version): when those change and nobody re-ran the
   generator, the fingerprint differs and click renders the help as before — stale text is
   never printed.  ``tests/unit/test_startup.py`` fails until it is regenerated;
-* ``--version`` and ``version --client`` (text output), captured the same way.
+* ``--version`` and ``version --client`` (text output), captured the same way; the frozen
+  binary adds the line ``Runs On: ...`` (:func:`.frozen.runs_on`) to the latter.
 
 Everything else — other widths, completion requests, any other argument — goes to the click
 CLI (:func:`kubectl_flux_plunger.cli.main`) unchanged.  Called through a link named
@@ -90,7 +91,12 @@ def fast_answer(args: list[str]) -> str | None:
     text = _prerendered.TEXT.get(key(args, prog_name(), columns()))
     if text is None or fingerprint() != _prerendered.FINGERPRINT:
         return None
-    return text
+    floor = None
+    if args == ["version", "--client"] and hasattr(sys, "_MEIPASS"):  # the frozen binary
+        from .frozen import runs_on
+
+        floor = runs_on()
+    return f"{text}\nRuns On: {floor}" if floor else text
 
 
 def completion_link(argv0: str | None = None) -> bool:

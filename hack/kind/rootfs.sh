@@ -10,18 +10,8 @@ out=${1:?usage: rootfs.sh OUT.tar SUITE PACKAGES}
 suite=${2:?usage: rootfs.sh OUT.tar SUITE PACKAGES}
 pkgs=${3:?usage: rootfs.sh OUT.tar SUITE PACKAGES}
 
-mirror=${DEBIAN_MIRROR:-}
-if [ -z "$mirror" ]; then
-  mirror=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null \
-           | awk '/^URIs:/ {print $2}' | grep -v -- '-security' | head -n1 || true)
-fi
-if [ -z "$mirror" ]; then
-  mirror=$(grep -h '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2}' | head -n1 || true)
-fi
-if [ -z "$mirror" ]; then
-  echo "error: no Debian mirror found in the apt sources; set DEBIAN_MIRROR" >&2
-  exit 1
-fi
+. "$(dirname "$0")/mirror.sh"
+mirror=$(debian_mirror)
 if ! command -v debootstrap >/dev/null 2>&1; then
   echo "error: debootstrap is not installed (apt-get install debootstrap)" >&2
   exit 1

@@ -37,6 +37,11 @@ def version(
             info.update(verb.server(kube))
         except ConfigError as exc:
             info["serverVersion"] = f"unknown ({exc})"
+    from ..frozen import runs_on
+
+    floor = runs_on()  # the frozen binary only: what it needs of the system
+    if floor:
+        info["runsOn"] = floor
     if output == "json":
         import json
 
@@ -50,6 +55,7 @@ def version(
             "clientVersion": "Client Version",
             "serverVersion": "Server Version",
             "helmControllerVersion": "helm-controller Version",
+            "runsOn": "Runs On",
         }
         for k, v in info.items():
             click.echo(f"{labels[k]}: {v}")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from testplane.signals import default_sigint
 from testplane import binaries
 from testplane.cluster import SimulatedHelmController
 
@@ -384,7 +385,7 @@ def interrupted(argv: list[str], env: dict[str, str]) -> subprocess.CompletedPro
 
     master, slave = pty.openpty()
     proc = subprocess.Popen(argv, stdout=slave, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True, env=env)
+                            text=True, env=env, preexec_fn=default_sigint)
     os.close(slave)
     seen = b""
     deadline = time.monotonic() + 60

@@ -13,6 +13,7 @@ Every process gets HOME, PIPX_* and KREW_ROOT under its tmp dir."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -78,4 +79,8 @@ def test_krew_install_from_the_built_manifest_and_archive(dist, tmp_path):
     out = subprocess.run([KUBECTL, "flux-plunger", "version", "--client"], capture_output=True,
                          text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == f"Client Version: {X_Y_Z}"
+    # the frozen binary says under its version what it runs on (issue 37)
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == f"Client Version: {X_Y_Z}", out.stdout
+    assert re.fullmatch(r"Runs On: linux/amd64, glibc 2\.\d+ or newer", lines[1]), out.stdout
+    assert len(lines) == 2, out.stdout

@@ -66,21 +66,55 @@ def test_release_builds_and_smoke_tests_every_platform_on_its_own_runner():
     release = yaml.safe_load((WORKFLOWS / "release.yml").read_text())
     jobs = release["jobs"]
     matrix = {m["platform"]: m["runner"] for m in jobs["binaries"]["strategy"]["matrix"]["include"]}
-    assert matrix == {"linux-arm64": "ubuntu-24.04-arm", "darwin-amd64": "macos-15-intel",
-                      "darwin-arm64": "macos-14", "windows-amd64": "windows-2022"}
-    assert jobs["build"]["runs-on"] == "ubuntu-24.04"  # linux/amd64: hack/release.py
-    for job in ("build", "binaries"):
+    assert matrix == {"darwin-amd64": "macos-15-intel", "darwin-arm64": "macos-14",
+                      "windows-amd64": "windows-2022"}
+    linux = {m["platform"]: m["runner"]
+             for m in jobs["linux-binaries"]["strategy"]["matrix"]["include"]}
+    assert linux == {"linux-amd64": "ubuntu-24.04", "linux-arm64": "ubuntu-24.04-arm"}
+    assert jobs["build"]["runs-on"] == "ubuntu-24.04"  # hack/release.py
+    for job in ("build", "binaries", "linux-binaries"):
         runs = [s.get("run", "") for s in jobs[job]["steps"]]
         assert [r for r in runs if r.startswith("bash hack/smoke-binary.sh ")], job
     binaries_runs = "\n".join(s.get("run", "") for s in jobs["binaries"]["steps"])
     assert "python krew/build.py" in binaries_runs
     final = jobs["krew-manifest"]
-    assert set(final["needs"]) == {"build", "binaries"}
+    assert set(final["needs"]) == {"build", "binaries", "linux-binaries"}
     final_runs = "\n".join(s.get("run", "") for s in final["steps"])
     assert "krew/build.py --from-sums" in final_runs and "SHA256SUMS" in final_runs
     uploads = [s for s in final["steps"] if s.get("uses", "").startswith("actions/upload-artifact")]
     assert uploads and uploads[0]["with"]["name"] == "dist" and uploads[0]["with"]["overwrite"]
     assert "krew-manifest" in jobs["github-release"]["needs"]
+
+
+def test_release_builds_linux_with_a_glibc_2_28_floor_and_checks_the_macos_minimum():
+    """Issue 37: the Linux archives are frozen in an AlmaLinux 8 container (glibc 2.28) with
+    its own python3.11, and krew/floor.py holds every ELF file to 2.28 where each is built and
+    again on the final dist/, whose linux/amd64 archive is that one, not build's; macOS builds
+    with its deployment target and checks every Mach-O's minos against it with otool."""
+    jobs = yaml.safe_load((WORKFLOWS / "release.yml").read_text())["jobs"]
+
+    def runs(job: str) -> list[str]:
+        return [s.get("run", "") for s in jobs[job]["steps"]]
+
+    linux = jobs["linux-binaries"]
+    assert linux["container"] == "docker.io/library/almalinux:8"
+    steps = runs("linux-binaries")
+    assert any("dnf install" in r and "python3.11" in r for r in steps)
+    build = next(i for i, r in enumerate(steps) if "krew/build.py --host" in r)
+    check = next(i for i, r in enumerate(steps) if "krew/floor.py" in r)
+    assert build < check and "--glibc 2.28" in steps[check]
+    final = runs("krew-manifest")
+    drop = next(i for i, r in enumerate(final) if r.startswith("rm dist/") and "linux-amd64" in r)
+    floor = next(i for i, r in enumerate(final) if "krew/floor.py" in r)
+    sums = next(i for i, r in enumerate(final) if "--from-sums" in r)
+    assert drop < floor < sums and "--glibc 2.28" in final[floor]
+    targets = {m["platform"]: m["macos"]
+               for m in jobs["binaries"]["strategy"]["matrix"]["include"]}
+    assert targets == {"darwin-amd64": "10.15", "darwin-arm64": "11.0", "windows-amd64": ""}
+    assert jobs["binaries"]["env"]["MACOSX_DEPLOYMENT_TARGET"] == "${{ matrix.macos }}"
+    macho = next(s for s in jobs["binaries"]["steps"] if "otool -l" in s.get("run", ""))
+    assert macho["if"] == "runner.os == 'macOS'"
+    assert "LC_BUILD_VERSION" in macho["run"] and "minos" in macho["run"]
 
 
 def test_release_signs_keyless_by_digest_and_attests_provenance_and_the_sbom():
