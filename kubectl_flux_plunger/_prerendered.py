@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '737655f0'
+FINGERPRINT = '52d92a01'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

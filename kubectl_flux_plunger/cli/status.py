@@ -25,8 +25,9 @@ from .session import Exit, Session, Target, api_errors, pass_target
 @click.option(
     "--lease-namespace",
     metavar="NS",
-    help="Namespace of the controllers' Leases: every flux-plunger Lease there is read (one "
-    "LIST; each shard's records what it watches) "
+    help="Where to look for the controllers' Leases when the Leases of the cluster may not "
+    "be listed (with the releases' namespace); every flux-plunger Lease of the cluster is "
+    "read otherwise (one LIST; each shard's records what it watches) "
     "[default: the pod's namespace in a cluster, else flux-plunger].",
 )
 @lease_name_option
@@ -49,7 +50,13 @@ def status(
     one-shot run holds it).  A `flux suspend` landing then is a no-op: spec.suspend is
     already true, so flux writes nothing, and flux-plunger lifts the suspension when it
     finishes.  Suspend again once status no longer shows the release recovering.  A
-    `flux resume` landing then stops the recovery before any delete."""
+    `flux resume` landing then stops the recovery before any delete.
+
+    The Flux Operator's Web UI shows such a release "Suspended by flux-plunger" (annotation
+    fluxcd.controlplane.io/suspendedBy); its Suspend and its MCP server's suspend write
+    nothing then, and their Resume stops the recovery as `flux resume` does.  A release
+    suspended in that UI shows its user next to the manager in SUSPEND-OWNER:
+    `flux-operator-web (alice)`."""
     import datetime as dt
 
     from ..verbs import status as verb
@@ -58,8 +65,10 @@ def status(
     s = Session(target)
     if lease_namespace is not None and not lease_namespace.strip():
         raise click.UsageError("--lease-namespace must not be empty")
-    leases = verb.controllers(s.kube, lease_namespace, lease_name)
+    found = verb.controllers(s.kube, lease_namespace, lease_name, (s.selection.namespace,))
+    leases = list(found.leases)
     rep = verb.report(s.kube, s.selection, leases=leases)
+    _warn_leases(found)
     if output in ("table", "wide") and rep.rows:
         now = dt.datetime.now(dt.timezone.utc)
         for i, lease in enumerate(leases):
@@ -152,3 +161,17 @@ def _watch_status(
         except KubeError as exc:
             if exc.status != 410:
                 raise
+
+
+def _warn_leases(found: Any) -> None:
+    """One warning line when the survey of the Leases fell back or read nothing: ``status``
+    only warns (after its own reads, so a refused read of the releases stays one error
+    line)."""
+    if found.blind():
+        click.echo(
+            f"warning: cannot read any flux-plunger controller's Lease ({found.list_error}): "
+            "cannot tell whether a running controller covers these releases",
+            err=True,
+        )
+    elif found.warning():
+        click.echo(f"warning: {found.warning()}", err=True)
