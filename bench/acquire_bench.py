@@ -85,7 +85,7 @@ def settled_events(plane: ControlPlane, mark: int) -> list[dict]:
 def recover_in_process(plane: ControlPlane, ns: str) -> tuple[int, str]:
     """The executor itself, right after the stuck condition was seen (no process start-up
     in between: what serve does when the watch delivers the stuck condition)."""
-    from kubectl_flux_plunger.events import Recorder
+    from kubectl_flux_plunger.report.events import Recorder
     from kubectl_flux_plunger.executor import Executor, Options
 
     kube = plane.kube(user_agent=f"{UA}/in-process")
@@ -109,7 +109,7 @@ def recovered_by_serve(plane: ControlPlane, cluster: Cluster, server: ChartServe
                        chart: Path, ns: str) -> tuple[int, str, list[dict]]:
     """Break a healthy release and let the running serve recover it; returns (0 when it
     came back Ready, the processed annotation, serve's requests about it)."""
-    from kubectl_flux_plunger import constants as C
+    from kubectl_flux_plunger.core import constants as C
 
     publish_chart(cluster.kube, ns, "demo", chart, server)
     cluster.apply(helmrelease(ns, "demo", "demo"), manager="kustomize-controller")

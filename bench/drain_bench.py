@@ -34,10 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from kubectl_flux_plunger import constants as C  # noqa: E402
+from kubectl_flux_plunger.core import constants as C  # noqa: E402
 from kubectl_flux_plunger.executor import Executor, Options, Outcome, Result  # noqa: E402
 from kubectl_flux_plunger.kube import Kube  # noqa: E402
-from kubectl_flux_plunger.scope import Scope  # noqa: E402
+from kubectl_flux_plunger.core.scope import Scope  # noqa: E402
 from kubectl_flux_plunger.serve.drain import Drainer  # noqa: E402
 from kubectl_flux_plunger.serve.options import DrainOptions  # noqa: E402
 from kubectl_flux_plunger.serve.watch import Watcher  # noqa: E402

@@ -38,8 +38,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kubectl_flux_plunger import constants as C  # noqa: E402
-from kubectl_flux_plunger import controller_lease  # noqa: E402
+from kubectl_flux_plunger.core import constants as C  # noqa: E402
+from kubectl_flux_plunger.kube import controller_lease  # noqa: E402
 from kubectl_flux_plunger.kube import JSON, Kube, KubeError, lease_path  # noqa: E402
 from testplane.plane import ControlPlane  # noqa: E402
 

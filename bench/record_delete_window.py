@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.recover_bench import Acknowledger, make_stuck  # noqa: E402
-from kubectl_flux_plunger.events import Recorder  # noqa: E402
+from kubectl_flux_plunger.report.events import Recorder  # noqa: E402
 from kubectl_flux_plunger.executor import Executor, Options  # noqa: E402
 from testplane.cluster import Cluster  # noqa: E402
 from testplane.plane import ControlPlane  # noqa: E402

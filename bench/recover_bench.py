@@ -30,9 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kubectl_flux_plunger import constants as C  # noqa: E402
-from kubectl_flux_plunger import storage  # noqa: E402
-from kubectl_flux_plunger.events import Recorder  # noqa: E402
+from kubectl_flux_plunger.core import constants as C  # noqa: E402
+from kubectl_flux_plunger.core import storage  # noqa: E402
+from kubectl_flux_plunger.report.events import Recorder  # noqa: E402
 from kubectl_flux_plunger.executor import Executor, Options  # noqa: E402
 from kubectl_flux_plunger.kube import JSON, KubeError  # noqa: E402
 from testplane.cluster import Cluster  # noqa: E402

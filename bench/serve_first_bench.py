@@ -60,7 +60,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kubectl_flux_plunger import constants as C  # noqa: E402
+from kubectl_flux_plunger.core import constants as C  # noqa: E402
 from kubectl_flux_plunger.kube import JSON, Kube, KubeError, hr_path  # noqa: E402
 from testplane.cluster import Cluster, SimulatedHelmController  # noqa: E402
 from testplane.plane import ControlPlane, free_port, wait_for  # noqa: E402

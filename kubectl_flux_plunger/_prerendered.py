@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '52d92a01'
+FINGERPRINT = 'e026e9b4'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

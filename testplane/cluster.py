@@ -7,8 +7,8 @@ import threading
 import time
 import uuid
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import storage
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import storage
 from kubectl_flux_plunger.kube import APPLY_PATCH, JSON, MERGE_PATCH, Kube, KubeError, hr_path
 
 from .plane import wait_for

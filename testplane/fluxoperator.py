@@ -28,7 +28,7 @@ import copy
 import datetime as dt
 from typing import Any
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 
 from .cluster import Cluster
 

@@ -172,7 +172,7 @@ class HelmController:
 def break_release(kube, namespace: str, release: str, status: str = "uninstalling") -> str:
     """Rewrite the newest storage revision to ``status`` (payload and label), as an
     interrupted ``helm uninstall`` leaves it; returns the Secret's name."""
-    from kubectl_flux_plunger import storage
+    from kubectl_flux_plunger.core import storage
     from kubectl_flux_plunger.kube import JSON
 
     secrets = kube.list_secrets(namespace, storage.label_selector(release))

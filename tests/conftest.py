@@ -59,7 +59,7 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 # Every test gets its own $XDG_CACHE_HOME (below), so what flux-plunger remembers about a
-# server (kubectl_flux_plunger/servers.py) never leaks from one test into the next, nor into
+# server (kubectl_flux_plunger/kube/servers.py) never leaks from one test into the next, nor into
 # the user's ~/.cache.  What the tests themselves keep there stays where it is: the built
 # test binaries and Go's build cache.
 if "FLUX_PLUNGER_TESTBIN_CACHE" not in os.environ:
@@ -172,7 +172,7 @@ def _flux_plunger_leases_stay_in_their_test(request):
     if "plane" not in request.fixturenames:
         yield
         return
-    from kubectl_flux_plunger.controller_lease import _ours
+    from kubectl_flux_plunger.kube.controller_lease import _ours
     from kubectl_flux_plunger.kube import KubeError, lease_path
 
     kube = request.getfixturevalue("plane").kube()

@@ -163,7 +163,7 @@ def check_selector(ctx: click.Context, param: click.Parameter, value: str | None
     before any request.  The text is kept as written (the apiserver parses the same)."""
     if value is None or not value.strip() or ctx.resilient_parsing:
         return value  # empty: the command's own rule; completion: no errors while typing
-    from ..selector import SelectorError, parse
+    from ..core.selector import SelectorError, parse
 
     try:
         return parse(value).text
@@ -362,7 +362,7 @@ def _events_addr(ctx: click.Context, param: click.Parameter, value: str | None) 
     del ctx, param
     if not value:
         return None
-    from ..notify import validate_address
+    from ..report.notify import validate_address
 
     try:
         return validate_address(value)

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..plan import Row
+from ..core.plan import Row
 
 API_VERSION = "flux-plunger.cozystack.io/v1alpha1"
 HR_API_VERSION = "helm.toolkit.fluxcd.io/v2"

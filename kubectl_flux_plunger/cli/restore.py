@@ -51,7 +51,7 @@ def restore(
     Creates the Secret only while it is absent (never overwrites) and only while the
     HelmRelease is suspended by you (e.g. `flux suspend helmrelease`) and no running
     flux-plunger controller covers it, unless --force."""
-    from ..backup import BackupError, load_file, load_secret
+    from ..executor.backup import BackupError, load_file, load_secret
     from ..verbs import restore as verb
     from . import render
 
@@ -91,7 +91,7 @@ def restore(
 def _release_ns(doc: dict[str, Any]) -> str | None:
     """The namespace of the HelmRelease a backup belongs to (None: not a backup; the verb
     says so)."""
-    from ..backup import BackupError, provenance
+    from ..executor.backup import BackupError, provenance
 
     try:
         return provenance(doc)[0]

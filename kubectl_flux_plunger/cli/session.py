@@ -170,8 +170,8 @@ def controller_check(
     a crash leftover."""
     import datetime as dt
 
-    from .. import controller_lease
     from ..executor import Covered
+    from ..kube import controller_lease
 
     if lease_namespace is not None and not lease_namespace.strip():
         raise click.UsageError("--lease-namespace must not be empty")
@@ -208,7 +208,7 @@ def notifier(events_addr: str | None, dry_run: str) -> Any:
     bounded wait when the command ends."""
     if not events_addr or dry_run != "none":
         return None
-    from ..notify import Notifier
+    from ..report.notify import Notifier
 
     made = Notifier(events_addr)
     click.get_current_context().call_on_close(made.close)

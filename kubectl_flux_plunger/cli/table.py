@@ -34,8 +34,8 @@ def run_table(
     """Run the decision table once over the selection (``only_rows``: the rows that may
     act, None for all) and render the outcomes: the body of ``recover`` and
     ``resume-owned``, streamed as each release finishes."""
+    from ..core.plan import Row
     from ..executor import Result
-    from ..plan import Row
     from ..verbs import recover as verb
     from . import render
     from .progress import INTERRUPTED_EXIT, Stream
@@ -126,8 +126,8 @@ def counts(outcomes: list[Any]) -> dict[str, int]:
 
 
 def summary(verb_name: str, outcomes: list[Any], dry_run: str) -> str:
+    from ..core.plan import Row
     from ..executor import Result
-    from ..plan import Row
     from .render import DRY_SUFFIX
 
     def count(*results: Result) -> int:
@@ -154,8 +154,8 @@ def _recover_summary(outcomes: list[Any], dry_run: str) -> str:
     (the row ``live-stuck``); a release that was not stuck and was deferred or failed — a
     leftover suspension a running controller covers, say — is counted after it, as what it
     is."""
+    from ..core.plan import Row
     from ..executor import Result
-    from ..plan import Row
 
     stuck = [o for o in outcomes if o.row == Row.LIVE_STUCK]
     others = [o for o in outcomes if o.row != Row.LIVE_STUCK]

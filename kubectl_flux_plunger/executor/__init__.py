@@ -24,11 +24,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 
-from .. import detect, plan
-from ..events import Recorder
+from ..core import detect, plan
+from ..core.objects import Obj
 from ..kube import Kube, KubeError
-from ..objects import Obj
-from ..remote import Remotes
+from ..kube.remote import Remotes
+from ..report.events import Recorder
 from .dryrun import DryRun
 from .handshake import Handshake, InitialStateUnknown, ReleaseWatch, watch_timeout
 from .outcome import (

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .. import plan
+from ..core import plan
 from ..kube import KubeError
 from .outcome import Outcome, Result
 

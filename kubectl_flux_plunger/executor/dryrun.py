@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .. import constants as C
-from .. import ownership, plan, writes
-from ..objects import Obj
+from ..core import constants as C
+from ..core import ownership, plan, writes
+from ..core.objects import Obj
 from .outcome import Ending, Options, Report, Result
 from .primitives import Primitives
 from .saga import DELETE, RECOVERY_STEPS, Saga, step_args

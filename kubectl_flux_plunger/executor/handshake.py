@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .. import detect, ownership
+from ..core import detect, ownership
+from ..core.objects import Obj
 from ..kube import INITIAL_EVENTS_END, Kube, KubeError, Unreachable
-from ..objects import Obj
 from .outcome import Options, Stopped
 
 log = logging.getLogger(__name__)

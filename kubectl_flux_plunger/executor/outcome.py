@@ -9,11 +9,11 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from .. import constants as C
-from .. import plan
-from ..backup import Backup
-from ..objects import Obj
-from ..selector import Selector
+from ..core import constants as C
+from ..core import plan
+from ..core.objects import Obj
+from ..core.selector import Selector
+from .backup import Backup
 
 TERMINATING_DETAIL = (
     "the release began terminating during recovery; storage left intact "

@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from .. import detect, ownership, plan, storage, writes
-from ..events import Recorder
+from ..core import detect, ownership, plan, storage, writes
+from ..core.objects import Obj
 from ..kube import Conflict, Kube, KubeError, core_path
-from ..objects import Obj
-from ..remote import Remotes, storage_cluster
+from ..kube.remote import Remotes, storage_cluster
+from ..report.events import Recorder
 from .outcome import Options
 
 R = TypeVar("R")
@@ -229,7 +229,7 @@ class Primitives:
         """The release's Helm storage Secrets (one LIST).  Every read of storage goes
         through here, so a release whose storage lives elsewhere can be routed in one place.
         Storage of a ``spec.kubeConfig`` release is listed in its remote cluster (a
-        :class:`~kubectl_flux_plunger.remote.RemoteError` says why it cannot be)."""
+        :class:`~kubectl_flux_plunger.kube.remote.RemoteError` says why it cannot be)."""
         ns, release = storage.storage_namespace(hr), storage.release_name(hr)
         return self.remotes.storage_kube(hr).list_secrets(ns, storage.label_selector(release))
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from .. import constants as C
-from .. import detect, ownership, plan, storage
-from ..backup import BackupError
-from ..events import Recorder
+from ..core import constants as C
+from ..core import detect, ownership, plan, storage
+from ..core.objects import Obj
 from ..kube import Kube, KubeError
-from ..objects import Obj
-from ..remote import RemoteError, Unsupported
+from ..kube.remote import RemoteError, Unsupported
+from ..report.events import Recorder
+from .backup import BackupError
 from .handshake import Handshake, ReleaseWatch, watch_timeout
 from .outcome import (
     TAKEN_DETAIL,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ..objects import Obj
+from ..core.objects import Obj
 
 # the apiserver's text for a JSON patch that failed to apply (a failed ``test`` op among them)
 GENERIC_422 = "the server rejected our request due to an error in our request"

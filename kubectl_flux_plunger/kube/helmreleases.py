@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .. import constants as C
-from ..objects import Obj
+from ..core import constants as C
+from ..core.objects import Obj
 from .errors import KubeError
 from .paths import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, hr_path
 from .read import Reader

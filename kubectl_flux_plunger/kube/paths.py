@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from .. import constants as C
+from ..core import constants as C
 
 JSON = "application/json"
 MERGE_PATCH = "application/merge-patch+json"

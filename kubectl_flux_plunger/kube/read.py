@@ -8,8 +8,8 @@ import json
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from .. import servers
-from ..objects import Obj
+from ..core.objects import Obj
+from . import servers
 from .errors import KubeError, Unreachable
 from .official import ClientConfiguration
 from .transport import Transport, _one_line

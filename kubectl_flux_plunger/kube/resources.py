@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-from ..objects import Obj
+from ..core.objects import Obj
 from .paths import JSON, MERGE_PATCH, core_path, lease_path
 from .read import Reader
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import urlencode
 
-from ..objects import Obj
+from ..core.objects import Obj
 from .config import Overrides, _load_client_configuration
 from .errors import (
     ConfigError,

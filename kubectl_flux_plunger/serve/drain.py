@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Protocol
 
+from ..core.objects import Obj
+from ..core.plan import Row, holds_ours
 from ..executor import Outcome, Result
 from ..executor.drain import DONE, Drain, released
 from ..kube import KubeError
-from ..objects import Obj
-from ..plan import Row, holds_ours
 from .logs import fields
 from .options import DrainOptions
 from .watch import PAGE_SIZE, key_of

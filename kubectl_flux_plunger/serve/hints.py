@@ -38,11 +38,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
-from .. import constants as C
-from ..detect import parse_timestamp
+from ..core import constants as C
+from ..core.detect import parse_timestamp
+from ..core.objects import Obj
+from ..core.selector import Selector
 from ..kube import KubeError
-from ..objects import Obj
-from ..selector import Selector
 from .logs import fields
 
 log = logging.getLogger(__name__)

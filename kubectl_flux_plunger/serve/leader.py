@@ -23,8 +23,8 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol
 
+from ..core.objects import Obj
 from ..kube import KubeError
-from ..objects import Obj
 from .logs import fields
 from .options import JITTER, LeaseConfig
 

@@ -14,9 +14,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .. import notify
+from ..core.plan import Row
 from ..executor import Result
-from ..plan import Row
+from ..report import notify
 from .stuck import LeftStuck
 
 if TYPE_CHECKING:

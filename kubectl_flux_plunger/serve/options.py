@@ -7,7 +7,7 @@ shutdown's against the pod's grace period), a bad ``--events-addr`` or bind addr
 raising :class:`Invalid`, whose one-line message names the flag (the click layer prints it as
 the usage error).  The parts the pieces of the controller need are small frozen values cut
 from it: :class:`LeaseConfig` (``leader.LeaderElector``), :class:`DrainOptions`
-(``drain.Drainer``) and :class:`~kubectl_flux_plunger.scope.Scope` (``watch.Watcher``).
+(``drain.Drainer``) and :class:`~kubectl_flux_plunger.core.scope.Scope` (``watch.Watcher``).
 
 What needs the environment stays with the command line (``cli/serve.py``): that the
 kubeconfig exists, the Lease's name and namespace (resolved in-cluster or from the
@@ -20,11 +20,11 @@ from collections.abc import Mapping
 from dataclasses import InitVar, dataclass, field
 from typing import TYPE_CHECKING
 
-from .. import constants as C
-from ..scope import Scope
+from ..core import constants as C
+from ..core.scope import Scope
 
 if TYPE_CHECKING:
-    from ..backup import Backup
+    from ..executor.backup import Backup
 
 DRAIN_MARGIN = 5.0  # seconds kept between the end of the drain and the kubelet's SIGKILL
 JITTER = 1.2  # a retry waits retry_period times up to this (leader.py)
@@ -191,7 +191,7 @@ class ServeConfig:
         if self.backup_retention <= 0:
             return "--backup-retention must be positive"
         if self.events_addr:
-            from ..notify import validate_address
+            from ..report.notify import validate_address
 
             try:
                 validate_address(self.events_addr)

@@ -28,12 +28,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from .. import controller_lease
-from ..controller_lease import ControllerLease
-from ..events import Recorder
-from ..kube import Kube, KubeError
-from ..objects import Obj
-from ..scope import Scope, disjoint
+from ..core.objects import Obj
+from ..core.scope import Scope, disjoint
+from ..kube import Kube, KubeError, controller_lease
+from ..kube.controller_lease import ControllerLease
+from ..report.events import Recorder
 from .logs import fields
 
 log = logging.getLogger("kubectl_flux_plunger.serve")

@@ -42,7 +42,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from ..objects import compare_resource_versions
+from ..core.objects import compare_resource_versions
 
 
 class Backoff:

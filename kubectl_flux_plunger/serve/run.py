@@ -24,15 +24,15 @@ import threading
 import time
 from types import FrameType
 
-from .. import plan
-from ..backup import SecretBackup
-from ..events import Recorder
+from ..core import plan
+from ..core.selector import Selector
+from ..core.selector import parse as parse_selector
 from ..executor import Executor, Options, Result
+from ..executor.backup import SecretBackup
 from ..executor.outcome import CLEANUP_RESULTS
 from ..kube import Kube, KubeError
-from ..notify import Notifier
-from ..selector import Selector
-from ..selector import parse as parse_selector
+from ..report.events import Recorder
+from ..report.notify import Notifier
 from .drain import Drainer
 from .health import Endpoints, prometheus_renderer
 from .hints import StartupHints

@@ -14,7 +14,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterable
 
-from ..plan import Stuck
+from ..core.plan import Stuck
 
 
 class LeftStuck:

@@ -35,11 +35,11 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from .. import plan
-from ..detect import is_fenced, is_stuck, is_terminating, parse_timestamp
+from ..core import plan
+from ..core.detect import is_fenced, is_stuck, is_terminating, parse_timestamp
+from ..core.objects import Obj
+from ..core.scope import Scope
 from ..kube import INITIAL_EVENTS_END, KubeError
-from ..objects import Obj
-from ..scope import Scope
 from .logs import fields
 
 if TYPE_CHECKING:

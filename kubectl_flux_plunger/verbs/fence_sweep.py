@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import detect
-from ..events import Recorder
+from ..core import detect
+from ..core.objects import Obj
 from ..executor import Executor, Options
 from ..kube import Kube
-from ..objects import Obj
+from ..report.events import Recorder
 from . import release_fence as verb
 from . import stop as stopping
 from .release_fence import Check, FenceResult

@@ -14,14 +14,14 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .. import plan
-from ..backup import DirectoryBackup
-from ..events import Recorder
+from ..core import plan
+from ..core.objects import Obj
+from ..core.plan import Row
 from ..executor import Executor, Options, Outcome, Result
+from ..executor.backup import DirectoryBackup
 from ..executor.handshake import ReleaseWatch
 from ..kube import Kube, KubeError
-from ..objects import Obj
-from ..plan import Row
+from ..report.events import Recorder
 from .select import Selection, fetch
 
 # Rows `resume-owned` may act on: our own suspensions (with their fences) and nothing else.

@@ -14,13 +14,13 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 
-from .. import detect, ownership, writes
+from ..core import detect, ownership, writes
+from ..core.objects import Obj
+from ..core.plan import Row
+from ..core.selector import Selector
 from ..executor import Covered, Executor, Outcome, Result
 from ..executor.drain import Drain
 from ..kube import Kube, KubeError
-from ..objects import Obj
-from ..plan import Row
-from ..selector import Selector
 
 MAX_FENCE_REMOVALS = 8
 DEFAULT_CONCURRENCY = 8

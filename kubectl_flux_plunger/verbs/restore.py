@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .. import detect, ownership
-from ..backup import BackupError, original, provenance, revision_of
+from ..core import detect, ownership
+from ..executor.backup import BackupError, original, provenance, revision_of
 from ..kube import JSON, Kube, KubeError, core_path
-from ..remote import RemoteError, Remotes, storage_cluster
+from ..kube.remote import RemoteError, Remotes, storage_cluster
 
 
 @dataclass

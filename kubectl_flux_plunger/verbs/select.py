@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..core.objects import Obj
+from ..core.selector import Selector, parse
 from ..kube import Kube, NotFound
-from ..objects import Obj
-from ..selector import Selector, parse
 
 
 class SelectionError(Exception):

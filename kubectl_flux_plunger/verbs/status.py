@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass, field
 
-from .. import constants as C
-from .. import controller_lease, detect, ownership, plan, storage
-from ..controller_lease import ControllerLease, Controllers
-from ..kube import Kube, KubeError
-from ..objects import Obj
-from ..remote import RemoteError, Remotes, storage_cluster
+from ..core import constants as C
+from ..core import detect, ownership, plan, storage
+from ..core.objects import Obj
+from ..kube import Kube, KubeError, controller_lease
+from ..kube.controller_lease import ControllerLease, Controllers
+from ..kube.remote import RemoteError, Remotes, storage_cluster
 from .select import Selection, fetch
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from .. import constants as C
+from ..core import constants as C
 from ..kube import Kube, KubeError
 
 RETRY_SLEEP = 2.0

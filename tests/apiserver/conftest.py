@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import writes
-from kubectl_flux_plunger.events import Recorder
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import writes
+from kubectl_flux_plunger.report.events import Recorder
 from kubectl_flux_plunger.kube import KubeError
 from kubectl_flux_plunger.executor import Executor, Options
 from testplane.cluster import SimulatedHelmController
@@ -89,7 +89,7 @@ def recover_holding(plane, cluster, ns, lease_ns, handshake="120s", name="demo")
     """A one-shot `recover -n NS NAME` (a process) from the moment it holds the release:
     spec.suspend true and owned by flux-plunger's apply, waiting for a handshake no
     helm-controller answers here (for ``handshake``).  Killed at the end if still running."""
-    from kubectl_flux_plunger import ownership
+    from kubectl_flux_plunger.core import ownership
     from testplane.cluster import eventually
 
     env = dict(os.environ, KUBECONFIG=str(plane.kubeconfig))

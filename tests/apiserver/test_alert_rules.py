@@ -17,10 +17,10 @@ import time
 import pytest
 import yaml
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import storage
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import storage
 from kubectl_flux_plunger.kube import JSON, core_path
-from kubectl_flux_plunger.plan import RECOVERY_FAILED, RECOVERY_SKIPPED, Stuck
+from kubectl_flux_plunger.core.plan import RECOVERY_FAILED, RECOVERY_SKIPPED, Stuck
 from tests.apiserver.conftest import hold, stuck_release
 from tests.apiserver.test_deploy_manifests import find, helm, render_chart  # noqa: F401
 from tests.apiserver.test_serve_support import FAST, serve  # noqa: F401 - fixture

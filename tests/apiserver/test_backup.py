@@ -11,8 +11,9 @@ import stat
 
 import pytest
 
-from kubectl_flux_plunger import backup, storage
-from kubectl_flux_plunger.backup import SecretBackup
+from kubectl_flux_plunger.executor import backup
+from kubectl_flux_plunger.core import storage
+from kubectl_flux_plunger.executor.backup import SecretBackup
 from kubectl_flux_plunger.kube import core_path
 
 from .conftest import stuck_release

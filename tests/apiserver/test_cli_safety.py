@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import time
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger.ownership import owns_suspend
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core.ownership import owns_suspend
 from testplane.cluster import SimulatedHelmController, eventually
 
 from .conftest import hold, stuck_release

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from testplane.cluster import SimulatedHelmController
 from testplane.rbac import service_account_kubeconfig
 

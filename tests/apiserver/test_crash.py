@@ -9,14 +9,14 @@ import textwrap
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger.ownership import owns_suspend
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core.ownership import owns_suspend
 
 from .conftest import stuck_release
 
 KILLER = textwrap.dedent("""
     import os, sys
-    from kubectl_flux_plunger.events import Recorder
+    from kubectl_flux_plunger.report.events import Recorder
     from kubectl_flux_plunger.executor import Executor, Options
     from kubectl_flux_plunger.kube import Kube
     kubeconfig, ns, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger.ownership import owns_suspend
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core.ownership import owns_suspend
 
 from .conftest import hold, stuck_release
 

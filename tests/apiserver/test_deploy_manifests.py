@@ -28,8 +28,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import ownership, writes
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import ownership, writes
 from kubectl_flux_plunger.kube import JSON, KubeError
 from testplane import binaries
 from testplane.cluster import SimulatedHelmController, eventually, unique

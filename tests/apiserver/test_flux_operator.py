@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import ownership
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import ownership
 from kubectl_flux_plunger.executor.outcome import TAKEN_DETAIL
 from kubectl_flux_plunger.verbs import status
 from testplane.cluster import SimulatedHelmController

@@ -222,7 +222,7 @@ def test_flux_resume_landing_mid_recovery_stops_it_before_any_delete(flux_binary
     its manager)."""
     import time
 
-    from kubectl_flux_plunger import constants as C
+    from kubectl_flux_plunger.core import constants as C
 
     from .conftest import recover_holding, stuck_release
 
@@ -270,8 +270,8 @@ def test_flux_suspend_landing_mid_recovery_is_a_no_op_and_is_lifted_with_ours(
     patch is empty, so it takes no ownership of spec.suspend — and when the recovery ends
     (here: deferred, no helm-controller answers its handshake) flux-plunger lifts the
     suspension: the operator's suspend is gone, as the note warns."""
-    from kubectl_flux_plunger import constants as C
-    from kubectl_flux_plunger import ownership
+    from kubectl_flux_plunger.core import constants as C
+    from kubectl_flux_plunger.core import ownership
 
     from .conftest import recover_holding, stuck_release
 

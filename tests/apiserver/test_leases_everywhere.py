@@ -26,7 +26,7 @@ import json
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from testplane.cluster import unique
 from testplane.rbac import service_account_kubeconfig
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.kube import KubeError
-from kubectl_flux_plunger.ownership import owns_suspend
+from kubectl_flux_plunger.core.ownership import owns_suspend
 
 
 def _suspend_apply(hr, value=True, fence=False, rv=True, uid=None):

@@ -19,7 +19,7 @@ import copy
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from testplane.cluster import SimulatedHelmController, unique
 from testplane.rbac import service_account_kubeconfig
 

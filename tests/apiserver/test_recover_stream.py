@@ -13,9 +13,9 @@ import time
 import pytest
 
 from testplane.signals import default_sigint
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger.detect import is_fenced, is_suspended
-from kubectl_flux_plunger.ownership import owns_suspend
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core.detect import is_fenced, is_suspended
+from kubectl_flux_plunger.core.ownership import owns_suspend
 from testplane.cluster import SimulatedHelmController, eventually
 
 from .conftest import stuck_release

@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import storage
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import storage
 from kubectl_flux_plunger.kube import JSON, KubeError
-from kubectl_flux_plunger.ownership import owns_suspend
+from kubectl_flux_plunger.core.ownership import owns_suspend
 from testplane.cluster import SimulatedHelmController
 
 from .conftest import hold, read_counts, stuck_release

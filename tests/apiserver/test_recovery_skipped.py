@@ -7,10 +7,10 @@ executor of serve and of ``recover`` alike (``recover`` records it as it records
 RecoveryFailed; ``--dry-run`` records nothing).  Nothing is deleted in any of them."""
 from __future__ import annotations
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import plan, storage
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import plan, storage
 from kubectl_flux_plunger.kube import JSON, core_path
-from kubectl_flux_plunger.plan import RECOVERY_SKIPPED, Stuck
+from kubectl_flux_plunger.core.plan import RECOVERY_SKIPPED, Stuck
 from testplane.cluster import eventually
 
 from .conftest import stuck_release

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.verbs import release_fence as verb
 from testplane.plane import wait_for
 

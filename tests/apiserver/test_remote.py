@@ -12,7 +12,7 @@ import time
 import pytest
 import yaml
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.kube import JSON, core_path
 from testplane.cluster import Cluster, eventually
 from testplane.rbac import ensure_namespace, service_account_kubeconfig

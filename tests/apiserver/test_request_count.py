@@ -64,7 +64,7 @@ def test_one_executor_pass_over_a_stuck_release_sends_seven_requests(plane, clus
     watch-list read, LIST, APPLY, PATCH, DELETE, Event, APPLY.  The serve process as a
     whole: test_serve_as_a_process_recovers_in_seven_requests.  (Without watch-lists, the
     first pass against the server: the refused watch-list, GET, LIST, WATCH, … — 9.)"""
-    from kubectl_flux_plunger.events import Recorder
+    from kubectl_flux_plunger.report.events import Recorder
     from kubectl_flux_plunger.executor import Executor, Options, Result
 
     stuck_release(cluster, ns)
@@ -285,7 +285,7 @@ class CountedServe:
                  cluster_rules: list[dict] | None = None):
         import copy
 
-        from kubectl_flux_plunger import constants as C
+        from kubectl_flux_plunger.core import constants as C
         from testplane.cluster import eventually, unique
         from testplane.rbac import service_account_kubeconfig
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import base64
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import storage
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import storage
 from kubectl_flux_plunger.kube import JSON, KubeError, core_path
-from kubectl_flux_plunger.ownership import owns_suspend
-from kubectl_flux_plunger.plan import Stuck
+from kubectl_flux_plunger.core.ownership import owns_suspend
+from kubectl_flux_plunger.core.plan import Stuck
 from kubectl_flux_plunger.serve.metrics import Metrics
 
 from .conftest import read_counts, stuck_release
@@ -207,7 +207,7 @@ def test_an_annotation_of_thousands_of_digits_never_crashes_a_pass(executor, clu
 def test_a_failed_json_patch_test_is_told_from_an_admission_denial(cluster, ns):
     """The apiserver answers a failed ``test`` op with 422 "testing value … failed": the
     one 422 that is worth a re-read (release-fence and the fence removal retry it)."""
-    from kubectl_flux_plunger import writes
+    from kubectl_flux_plunger.core import writes
     from kubectl_flux_plunger.kube import Invalid
 
     cluster.create_hr(ns, "demo", finalizers=[C.FENCE])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from testplane.cluster import SimulatedHelmController, eventually
 
 from .conftest import hold

@@ -9,9 +9,9 @@ from __future__ import annotations
 import signal
 import uuid
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger.detect import is_suspended
-from kubectl_flux_plunger.ownership import owns_suspend, suspend_owners
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core.detect import is_suspended
+from kubectl_flux_plunger.core.ownership import owns_suspend, suspend_owners
 from testplane.cluster import OPERATOR, SimulatedHelmController, eventually
 
 from .test_serve_support import FAST, hold, holder, serve, stuck  # noqa: F401

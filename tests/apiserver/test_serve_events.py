@@ -2,10 +2,10 @@
 one counted Event (also across recorders, as after a restart or in the drain)."""
 from __future__ import annotations
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import plan
-from kubectl_flux_plunger.detect import parse_timestamp
-from kubectl_flux_plunger.events import Recorder
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import plan
+from kubectl_flux_plunger.core.detect import parse_timestamp
+from kubectl_flux_plunger.report.events import Recorder
 from testplane.cluster import eventually
 
 from .test_serve_support import FAST, hold, serve  # noqa: F401

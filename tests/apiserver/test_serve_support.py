@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from testplane.signals import default_sigint
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from testplane.plane import free_port
 
 from .conftest import hold, stuck_release  # noqa: F401 - shared with the serve tests

@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.kube import KubeError
-from kubectl_flux_plunger.scope import Scope
+from kubectl_flux_plunger.core.scope import Scope
 from kubectl_flux_plunger.serve.metrics import Metrics
 from kubectl_flux_plunger.serve.queue import WorkQueue
 from kubectl_flux_plunger.serve.watch import Watcher

@@ -31,8 +31,8 @@ import re
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import ownership
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import ownership
 from testplane.cluster import SimulatedHelmController, unique
 from testplane.rbac import service_account_kubeconfig
 
@@ -419,7 +419,7 @@ def test_a_crashed_shards_lease_stops_counting_once_it_has_expired(
     def expired() -> bool:
         import datetime as dt
 
-        from kubectl_flux_plunger.detect import parse_timestamp
+        from kubectl_flux_plunger.core.detect import parse_timestamp
         renewed = parse_timestamp(lease_spec(cluster, ns, b.lease)["renewTime"])
         return dt.datetime.now(dt.timezone.utc) - renewed > dt.timedelta(seconds=21)
     eventually(expired, 60, "shard b's Lease to expire")

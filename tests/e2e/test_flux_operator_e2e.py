@@ -6,9 +6,9 @@ recovers it afresh and helm-controller installs it — the operator's resume was
 reversed (spec.suspend stays unset from the click on)."""
 from __future__ import annotations
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import detect
-from kubectl_flux_plunger.events import Recorder
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import detect
+from kubectl_flux_plunger.report.events import Recorder
 from kubectl_flux_plunger.executor import Executor, Options
 from testplane.cluster import eventually
 from testplane.fluxoperator import REQUESTED_AT, FluxOperator

@@ -32,7 +32,7 @@ from testplane.rbac import service_account_kubeconfig
 from tests.apiserver.test_deploy_manifests import find, render_kustomize
 from tests.apiserver.test_serve_support import FAST, serve  # noqa: F401 - fixture
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 
 from testplane.helmctl import request_reconcile
 
@@ -157,9 +157,9 @@ def test_notification_controller_stopped_recoveries_go_on_with_one_warning(
 
 def test_a_corrupt_newest_revision_under_serve_is_a_warning_and_an_error_notification(
         installed, cluster, ns, nc, routed, serve):  # noqa: F811
-    from kubectl_flux_plunger import storage
+    from kubectl_flux_plunger.core import storage
     from kubectl_flux_plunger.kube import JSON, core_path
-    from kubectl_flux_plunger.plan import RECOVERY_SKIPPED, Stuck
+    from kubectl_flux_plunger.core.plan import RECOVERY_SKIPPED, Stuck
 
     make_stuck(installed, cluster, ns)   # revision 1 uninstalling: "has no deployed releases"
     bad = storage.make_storage_secret("demo", ns, 2, "uninstalling")
@@ -213,7 +213,7 @@ def test_the_documented_alert_routes_flux_plungers_events_only(nc, receiver, clu
     the real notification-controller accepts them and passes the recovery, failure, skip
     (each cause), held fence and unsuspend-failure events; its inclusionList keeps
     helm-controller's out."""
-    from kubectl_flux_plunger import plan
+    from kubectl_flux_plunger.core import plan
     from kubectl_flux_plunger.kube import APPLY_PATCH
 
     docs = _documented_route()
@@ -233,7 +233,7 @@ def test_the_documented_alert_routes_flux_plungers_events_only(nc, receiver, clu
               plan.UNSUSPEND_FAILED.message,
               *(spec.message for spec in plan.RECOVERY_SKIPPED.values())}
     hr = {"metadata": {"name": "web", "namespace": ns, "uid": "u-1"}, "spec": {}}
-    from kubectl_flux_plunger.notify import Notifier
+    from kubectl_flux_plunger.report.notify import Notifier
     notifier = Notifier(nc.address, instance="test")
 
     def arrived() -> bool:

@@ -4,8 +4,8 @@ another manager is left alone."""
 from __future__ import annotations
 
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger.events import Recorder
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.report.events import Recorder
 from kubectl_flux_plunger.executor import Executor, Options
 from testplane.cluster import eventually
 from testplane.helmctl import break_release, ready, request_reconcile

@@ -4,7 +4,7 @@ suspension, lets helm-controller uninstall it, and only then releases the fence.
 from __future__ import annotations
 
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from testplane.cluster import eventually
 
 from tests.apiserver.conftest import hold

@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.kube import JSON, core_path
 from testplane.cluster import Cluster, eventually
 from testplane.helmctl import break_release, helmrelease, publish_chart, ready, request_reconcile

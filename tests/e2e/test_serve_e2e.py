@@ -3,7 +3,7 @@ delete of a release flux-plunger holds still reaches the Helm uninstall."""
 from __future__ import annotations
 
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from testplane.cluster import eventually
 from testplane.helmctl import break_release, is_ready, ready, request_reconcile
 

@@ -24,7 +24,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.kube import INITIAL_EVENTS_END, JSON, hr_path
 from testplane.binaries import BuildError
 from testplane.cluster import Cluster, eventually

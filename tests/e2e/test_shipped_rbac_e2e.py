@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import signal
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from testplane.cluster import eventually
 from testplane.helmctl import ready
 from testplane.rbac import service_account_kubeconfig

@@ -15,7 +15,7 @@ from typing import Iterator
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.kube import Kube
 from testplane import images
 from testplane.cluster import Cluster

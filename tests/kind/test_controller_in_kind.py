@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from testplane import images
 from testplane.cluster import Cluster
 from testplane.helmctl import break_release, is_ready, ready, request_reconcile

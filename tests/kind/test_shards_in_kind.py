@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger import ownership
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import ownership
 from testplane.cluster import Cluster
 from testplane.helmctl import break_release, is_ready, request_reconcile
 from testplane.kind import FLUX_NS, KindFlux, Setup, wait_until

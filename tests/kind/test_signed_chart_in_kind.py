@@ -26,7 +26,7 @@ from typing import Iterator
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from testplane.cluster import Cluster
 from testplane.helmctl import break_release, is_ready, ready, request_reconcile
 from testplane.kind import FLUX_NS, KindFlux, wait_until

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any, Iterable
 
-from kubectl_flux_plunger import constants
+from kubectl_flux_plunger.core import constants
 
 CREATED = "2026-11-29T19:00:00Z"
 NOW = datetime(2026, 11, 29, 20, 0, 0, tzinfo=timezone.utc)

@@ -7,7 +7,8 @@ import stat
 
 import pytest
 
-from kubectl_flux_plunger import backup, storage
+from kubectl_flux_plunger.executor import backup
+from kubectl_flux_plunger.core import storage
 
 pytestmark = pytest.mark.unit
 HR = {"metadata": {"namespace": "apps", "name": "my-app"}}

@@ -271,7 +271,7 @@ def test_hoist_refuses_a_flag_without_its_value():
 
 def test_the_restore_examples_name_a_file_recover_backup_dir_writes(tmp_path):
     import re
-    from kubectl_flux_plunger.backup import DirectoryBackup
+    from kubectl_flux_plunger.executor.backup import DirectoryBackup
     from kubectl_flux_plunger.cli.examples import EXAMPLES
     shape = re.compile(r"[a-z0-9-]+_[a-z0-9.-]+_v\d{8}_\d{8}T\d{12}Z\.json")
     written = DirectoryBackup(tmp_path).file_name(

@@ -13,9 +13,9 @@ import datetime as dt
 import pytest
 
 from kubectl_flux_plunger import cli
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.cli import session
-from kubectl_flux_plunger.controller_lease import survey
+from kubectl_flux_plunger.kube.controller_lease import survey
 from kubectl_flux_plunger.executor import Covered, Executor, Options, Result
 from kubectl_flux_plunger.kube import KubeError
 from kubectl_flux_plunger.verbs import release_fence as rf
@@ -242,7 +242,8 @@ def test_release_fence_checks_every_re_read_before_a_write():
 
 
 def test_restore_refuses_a_release_a_controller_covers():
-    from kubectl_flux_plunger import backup, storage
+    from kubectl_flux_plunger.executor import backup
+    from kubectl_flux_plunger.core import storage
 
     secret = storage.make_storage_secret("x", "apps", 2, "deployed")
     doc = backup.document(secret, {"metadata": {"namespace": "apps", "name": "x"}}, "local")
@@ -387,7 +388,7 @@ def test_recovers_summary_counts_a_deferred_release_that_was_not_stuck_apart():
     from types import SimpleNamespace
 
     from kubectl_flux_plunger.cli.table import summary
-    from kubectl_flux_plunger.plan import Row
+    from kubectl_flux_plunger.core.plan import Row
 
     def o(row, result, failed=False):
         return SimpleNamespace(row=row, result=result, failed=failed, steps=())

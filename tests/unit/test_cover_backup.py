@@ -10,7 +10,8 @@ import logging
 
 import pytest
 
-from kubectl_flux_plunger import backup, storage
+from kubectl_flux_plunger.executor import backup
+from kubectl_flux_plunger.core import storage
 from kubectl_flux_plunger import kube as K
 
 pytestmark = pytest.mark.unit
@@ -133,7 +134,7 @@ def test_prune_never_raises_it_logs(caplog):
     kube = FakeKube(LIST=[{"items": items}, err(403, "list forbidden")],
                     DELETE=[err(403, "delete forbidden")])
     store = backup.SecretBackup(kube, "ns", retention=60)
-    with caplog.at_level(logging.WARNING, logger="kubectl_flux_plunger.backup"):
+    with caplog.at_level(logging.WARNING, logger="kubectl_flux_plunger.executor.backup"):
         assert store.prune(NOW) == []          # the 403 stops this prune
         assert store.prune(NOW) == []
     assert [r.getMessage() for r in caplog.records] == [

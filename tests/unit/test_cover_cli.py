@@ -10,7 +10,9 @@ import click
 import pytest
 import yaml
 
-from kubectl_flux_plunger import backup, cli, constants, storage
+from kubectl_flux_plunger.executor import backup
+from kubectl_flux_plunger import cli
+from kubectl_flux_plunger.core import constants, storage
 from kubectl_flux_plunger.cli import session
 from kubectl_flux_plunger import kube as K
 from kubectl_flux_plunger.verbs import stop as stop_verb

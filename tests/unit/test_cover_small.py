@@ -10,7 +10,7 @@ import pytest
 from kubectl_flux_plunger import cli
 from kubectl_flux_plunger.cli import argv, complete, prerender
 from kubectl_flux_plunger.executor.outcome import Outcome, Result
-from kubectl_flux_plunger.plan import Row
+from kubectl_flux_plunger.core.plan import Row
 from kubectl_flux_plunger.verbs.release_fence import FenceResult
 
 pytestmark = pytest.mark.unit
@@ -127,7 +127,7 @@ class _Prims:
 
 
 def test_a_fence_that_keeps_coming_back_is_not_released(monkeypatch):
-    from kubectl_flux_plunger import constants
+    from kubectl_flux_plunger.core import constants
     from kubectl_flux_plunger.verbs import release_fence as rf
 
     from . import builders as B
@@ -144,7 +144,7 @@ def test_a_fence_that_keeps_coming_back_is_not_released(monkeypatch):
 def test_the_global_deadline_reports_what_was_not_released(monkeypatch):
     import threading
 
-    from kubectl_flux_plunger import constants
+    from kubectl_flux_plunger.core import constants
     from kubectl_flux_plunger.verbs import release_fence as rf
 
     from . import builders as B

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_flux_plunger import backup, storage
+from kubectl_flux_plunger.executor import backup
+from kubectl_flux_plunger.core import storage
 from kubectl_flux_plunger import kube as K
 from kubectl_flux_plunger.verbs import restore, stop, version
 

@@ -6,27 +6,8 @@ from datetime import datetime
 
 import pytest
 
-from kubectl_flux_plunger import constants
-from kubectl_flux_plunger.detect import (
-    age_seconds,
-    already_processed,
-    attempted_since_generation,
-    dig,
-    fence_indices,
-    get_condition,
-    has_remote_kubeconfig,
-    held_seconds,
-    is_fenced,
-    is_stuck,
-    is_suspended,
-    is_terminating,
-    observed_lags,
-    processed_annotation_present,
-    processed_version,
-    ready_unknown,
-    recovery_awaits_retry,
-    uninstall_reached,
-)
+from kubectl_flux_plunger.core import constants
+from kubectl_flux_plunger.core.detect import age_seconds, already_processed, attempted_since_generation, dig, fence_indices, get_condition, has_remote_kubeconfig, held_seconds, is_fenced, is_stuck, is_suspended, is_terminating, observed_lags, processed_annotation_present, processed_version, ready_unknown, recovery_awaits_retry, uninstall_reached
 
 from .builders import NOW, STUCK_MESSAGE, hr, ready_condition, stuck_condition
 

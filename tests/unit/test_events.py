@@ -12,7 +12,7 @@ import logging
 
 import pytest
 
-from kubectl_flux_plunger.events import Recorder, event_name
+from kubectl_flux_plunger.report.events import Recorder, event_name
 from kubectl_flux_plunger.kube import KubeError
 
 from .builders import hr
@@ -103,7 +103,7 @@ def test_an_event_deleted_meanwhile_is_created_again():
 def test_failures_are_logged_not_raised(caplog):
     events = Events()
     events.fail = KubeError(403, "Forbidden", "events is forbidden")
-    with caplog.at_level(logging.WARNING, logger="kubectl_flux_plunger.events"):
+    with caplog.at_level(logging.WARNING, logger="kubectl_flux_plunger.report.events"):
         Recorder(events).record(RELEASE, "RecoveryDeferred", "Normal", "deferred")
     assert "could not record event RecoveryDeferred on apps/web: events is forbidden" in \
         caplog.text

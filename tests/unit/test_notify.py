@@ -1,4 +1,4 @@
-"""Flux notifications (kubectl_flux_plunger/notify.py): the event body against the field set
+"""Flux notifications (kubectl_flux_plunger/report/notify.py): the event body against the field set
 of github.com/fluxcd/pkg/apis/event v1beta1 ``Event``, severity and metadata keys as
 notification-controller reads them, folding of repeats, nothing posted without an address,
 a real POST to a loopback HTTP server, and an address that does not answer: one warning
@@ -16,9 +16,9 @@ import threading
 
 import pytest
 
-from kubectl_flux_plunger import notify
+from kubectl_flux_plunger.report import notify
 from kubectl_flux_plunger.cli.session import notifier as _notifier
-from kubectl_flux_plunger.events import Recorder
+from kubectl_flux_plunger.report.events import Recorder
 
 from .builders import hr
 
@@ -177,7 +177,7 @@ def test_unreachable_address_is_one_warning_and_never_blocks(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     n = notify.Notifier(f"http://127.0.0.1:{_closed_port()}/", instance="i", backoff=0.01)
-    caplog.set_level(logging.INFO, logger="kubectl_flux_plunger.notify")
+    caplog.set_level(logging.INFO, logger="kubectl_flux_plunger.report.notify")
     for i in range(5):
         n.notify(RELEASE, "UninstallFenceHeld", "Warning", f"held {i}")
     assert n.flush(10)
@@ -193,7 +193,7 @@ def test_the_first_event_is_retried_then_the_address_answers_again(
 ) -> None:
     post = Posts(error=ConnectionRefusedError(111, "Connection refused"))
     n = notifier(post, attempts=3)
-    caplog.set_level(logging.INFO, logger="kubectl_flux_plunger.notify")
+    caplog.set_level(logging.INFO, logger="kubectl_flux_plunger.report.notify")
     n.notify(RELEASE, "Recovered", "Normal", "one")
     assert n.flush(5)
     assert post.calls == 3  # the bounded retry

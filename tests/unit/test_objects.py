@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_flux_plunger.objects import compare_resource_versions
+from kubectl_flux_plunger.core.objects import compare_resource_versions
 
 pytestmark = pytest.mark.unit
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_flux_plunger import constants
-from kubectl_flux_plunger.ownership import owns_suspend, sole_owner_is_us, suspend_owners
+from kubectl_flux_plunger.core import constants
+from kubectl_flux_plunger.core.ownership import owns_suspend, sole_owner_is_us, suspend_owners
 
 from .builders import CLIENT_SIDE, OURS, hr
 
@@ -122,8 +122,7 @@ def _listing(manager: str, operation: str) -> dict:
 
 
 def test_suspended_by_is_ours_only_with_our_value_and_our_apply_entry() -> None:
-    from kubectl_flux_plunger.ownership import (
-        may_mark_suspended_by, owns_suspended_by, suspended_by, suspended_by_managers)
+    from kubectl_flux_plunger.core.ownership import may_mark_suspended_by, owns_suspended_by, suspended_by, suspended_by_managers
 
     ours = hr(annotations={SB: US})
     ours["metadata"]["managedFields"] = [_listing(US, "Apply")]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_flux_plunger import constants, plan
-from kubectl_flux_plunger.plan import Action, Decision, EventSpec, decide, predicate
+from kubectl_flux_plunger.core import constants, plan
+from kubectl_flux_plunger.core.plan import Action, Decision, EventSpec, decide, predicate
 
 from .builders import CLIENT_SIDE, NOW, OURS, hr, ready_condition, stuck_condition
 
@@ -110,13 +110,13 @@ def test_no_row_or_result_literal_outside_the_enums() -> None:
 
     from kubectl_flux_plunger.executor import Result
 
-    root = Path(plan.__file__).parent
+    root = Path(plan.__file__).parent.parent  # the package
     words = {m.value for m in plan.Row} | {m.value for m in Result}
     literal = re.compile(r"""["'](%s)["']""" % "|".join(re.escape(w) for w in sorted(words)))
-    defining = {root / "plan.py", root / "executor" / "outcome.py"}
+    defining = {root / "core" / "plan.py", root / "executor" / "outcome.py"}
     # the same word with another meaning, not a row or result
     other_meaning = {
-        root / "storage.py": {"failed"},               # Helm's own release status
+        root / "core" / "storage.py": {"failed"},               # Helm's own release status
         root / "verbs" / "status.py": {"healthy"},     # status's SPEC §2 state vocabulary
         root / "cli" / "render.py": {"failed"},        # RecoveryResult's `failed` field
     }
@@ -138,7 +138,7 @@ def test_the_design_doc_lists_every_row_and_result() -> None:
 
     from kubectl_flux_plunger.executor import Result
 
-    doc = (Path(plan.__file__).parent.parent / "docs" / "DESIGN.md").read_text()
+    doc = (Path(plan.__file__).parents[2] / "docs" / "DESIGN.md").read_text()
     section = doc.split("### Rows and results", 1)[1].split("\n#", 1)[0]
 
     def first_column(header: str) -> list[str]:

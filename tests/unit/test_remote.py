@@ -7,8 +7,7 @@ import base64
 import pytest
 import yaml
 
-from kubectl_flux_plunger.remote import (KubeConfigRef, RemoteError, Unsupported,
-                                         kubeconfig_bytes, kubeconfig_ref, parse_kubeconfig)
+from kubectl_flux_plunger.kube.remote import KubeConfigRef, RemoteError, Unsupported, kubeconfig_bytes, kubeconfig_ref, parse_kubeconfig
 
 pytestmark = pytest.mark.unit
 SRC = "kubeconfig Secret ns/kc"
@@ -149,7 +148,7 @@ def _client_pair(password: bytes | None) -> tuple[bytes, bytes]:
 
 
 def test_an_encrypted_client_key_is_refused_without_a_passphrase_prompt():
-    from kubectl_flux_plunger.remote import RemoteConfig, ssl_context
+    from kubectl_flux_plunger.kube.remote import RemoteConfig, ssl_context
     cert, key = _client_pair(None)
     ssl_context(RemoteConfig(server="https://x", cluster="tenant", cert_data=cert, key_data=key))
     cert, key = _client_pair(b"secret-passphrase")

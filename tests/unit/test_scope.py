@@ -8,8 +8,8 @@ import itertools
 
 import pytest
 
-from kubectl_flux_plunger.scope import Scope, disjoint
-from kubectl_flux_plunger.selector import parse
+from kubectl_flux_plunger.core.scope import Scope, disjoint
+from kubectl_flux_plunger.core.selector import parse
 
 pytestmark = pytest.mark.unit
 

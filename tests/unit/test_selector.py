@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from kubectl_flux_plunger import cli, constants
+from kubectl_flux_plunger import cli
+from kubectl_flux_plunger.core import constants
 from kubectl_flux_plunger.cli import session
-from kubectl_flux_plunger.controller_lease import ControllerLease, read_all
+from kubectl_flux_plunger.kube.controller_lease import ControllerLease, read_all
 from kubectl_flux_plunger.executor import Executor, Options, Outcome, Result
-from kubectl_flux_plunger.selector import Op, SelectorError, parse
+from kubectl_flux_plunger.core.selector import Op, SelectorError, parse
 from kubectl_flux_plunger.serve.metrics import Metrics
 
 pytestmark = pytest.mark.unit

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.executor import Executor, Options, Outcome, Result
 from kubectl_flux_plunger.kube import KubeError
-from kubectl_flux_plunger.plan import Row
+from kubectl_flux_plunger.core.plan import Row
 from kubectl_flux_plunger.serve.drain import Drainer, settled
 from kubectl_flux_plunger.serve.metrics import Metrics
 from kubectl_flux_plunger.serve.options import DrainOptions

@@ -8,9 +8,9 @@ import logging
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
+from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.kube import KubeError, kube_error
-from kubectl_flux_plunger.selector import parse
+from kubectl_flux_plunger.core.selector import parse
 from kubectl_flux_plunger.serve.hints import (FIELD_SELECTOR, RECENT_SECONDS, StartupHints,
                                               last_seen, reported)
 from kubectl_flux_plunger.serve.queue import WorkQueue

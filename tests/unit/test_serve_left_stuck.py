@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from kubectl_flux_plunger.executor import Outcome, Result
-from kubectl_flux_plunger.plan import Row, Stuck
+from kubectl_flux_plunger.core.plan import Row, Stuck
 from kubectl_flux_plunger.serve.metrics import Metrics, collector
 from kubectl_flux_plunger.serve.stuck import LeftStuck
 

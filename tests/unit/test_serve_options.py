@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger.scope import Scope
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core.scope import Scope
 from kubectl_flux_plunger.serve.options import (
     DrainOptions,
     Invalid,

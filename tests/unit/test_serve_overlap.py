@@ -12,10 +12,10 @@ import threading
 
 import pytest
 
-from kubectl_flux_plunger import constants as C
-from kubectl_flux_plunger.events import Recorder
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.report.events import Recorder
 from kubectl_flux_plunger.kube import KubeError
-from kubectl_flux_plunger.scope import Scope
+from kubectl_flux_plunger.core.scope import Scope
 from kubectl_flux_plunger.serve.metrics import Metrics, collector
 from kubectl_flux_plunger.serve.overlap import MESSAGE, REASON, OverlapCheck
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from kubectl_flux_plunger.executor import Outcome, Result
-from kubectl_flux_plunger.plan import Row
+from kubectl_flux_plunger.core.plan import Row
 from kubectl_flux_plunger.serve.run import Controller, ServeConfig
 
 pytestmark = pytest.mark.unit

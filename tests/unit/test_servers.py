@@ -9,7 +9,7 @@ import json
 import pytest
 
 from kubectl_flux_plunger import kube as K
-from kubectl_flux_plunger import servers
+from kubectl_flux_plunger.kube import servers
 
 pytestmark = pytest.mark.unit
 

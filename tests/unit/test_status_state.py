@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_flux_plunger import constants, plan
-from kubectl_flux_plunger.controller_lease import ControllerLease
+from kubectl_flux_plunger.core import constants, plan
+from kubectl_flux_plunger.kube.controller_lease import ControllerLease
 from kubectl_flux_plunger.verbs.status import STATE_OF_ROW, state_of
 
 from .builders import CLIENT_SIDE, NOW, OURS, hr, ready_condition, stuck_condition

@@ -9,20 +9,8 @@ import json
 
 import pytest
 
-from kubectl_flux_plunger import constants
-from kubectl_flux_plunger.storage import (
-    Choice,
-    PayloadError,
-    Revision,
-    Refusal,
-    choose_revision,
-    decode_payload,
-    encode_payload,
-    label_selector,
-    make_storage_secret,
-    release_name,
-    storage_namespace,
-)
+from kubectl_flux_plunger.core import constants
+from kubectl_flux_plunger.core.storage import Choice, PayloadError, Revision, Refusal, choose_revision, decode_payload, encode_payload, label_selector, make_storage_secret, release_name, storage_namespace
 
 from .builders import hr
 

@@ -7,17 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from kubectl_flux_plunger import constants
-from kubectl_flux_plunger.detect import awaiting_retry_without_storage
-from kubectl_flux_plunger.plan import (
-    RECOVERY_SKIPPED,
-    Stuck,
-    Verdict,
-    failure_is_current,
-    left_stuck,
-    storage_verdict,
-)
-from kubectl_flux_plunger.storage import Refusal, choose_revision, make_storage_secret
+from kubectl_flux_plunger.core import constants
+from kubectl_flux_plunger.core.detect import awaiting_retry_without_storage
+from kubectl_flux_plunger.core.plan import RECOVERY_SKIPPED, Stuck, Verdict, failure_is_current, left_stuck, storage_verdict
+from kubectl_flux_plunger.core.storage import Refusal, choose_revision, make_storage_secret
 
 from .builders import hr
 
@@ -205,7 +198,7 @@ def test_every_cause_has_one_static_message_of_its_own():
 
 
 def test_a_choice_to_recover_is_no_skip():
-    from kubectl_flux_plunger.plan import skip_of
+    from kubectl_flux_plunger.core.plan import skip_of
     choice = choose_revision(failing(), [secret(2, "uninstalling")])
     assert choice.ok and choice.refusal is None
     assert skip_of(failing(), choice) is None

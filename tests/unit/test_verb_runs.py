@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from kubectl_flux_plunger import constants
+from kubectl_flux_plunger.core import constants
 from kubectl_flux_plunger.executor import Outcome, Result
 from kubectl_flux_plunger.verbs import fence_sweep, recover, stop
 from kubectl_flux_plunger.verbs import release_fence as rf

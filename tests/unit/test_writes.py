@@ -8,14 +8,8 @@ from typing import Callable
 import jsonpatch
 import pytest
 
-from kubectl_flux_plunger import constants
-from kubectl_flux_plunger.writes import (
-    acquire_body,
-    record_patch,
-    relinquish_body,
-    remove_fence_json_patch,
-    unsuspend_json_patch,
-)
+from kubectl_flux_plunger.core import constants
+from kubectl_flux_plunger.core.writes import acquire_body, record_patch, relinquish_body, remove_fence_json_patch, unsuspend_json_patch
 
 from .builders import OURS, hr
 

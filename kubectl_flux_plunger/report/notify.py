@@ -38,9 +38,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from . import constants as C
-from . import plan, storage
-from .objects import Obj
+from ..core import constants as C
+from ..core import plan, storage
+from ..core.objects import Obj
 
 log = logging.getLogger(__name__)
 

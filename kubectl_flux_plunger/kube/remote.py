@@ -35,8 +35,8 @@ from collections import OrderedDict
 from collections.abc import Callable, MutableMapping
 from typing import Any
 
-from .detect import dig
-from .kube import Kube, KubeError, _client_modules, core_path
+from ..core.detect import dig
+from . import Kube, KubeError, _client_modules, core_path
 from .remote_kubeconfig import (
     KubeConfigRef,
     RemoteConfig,

@@ -15,12 +15,12 @@ import datetime as dt
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, replace
 
-from . import constants as C
-from .detect import parse_timestamp
-from .kube import Kube, KubeError, Unreachable, in_cluster_namespace
-from .objects import Obj
-from .selector import SelectorError
-from .selector import parse as parse_selector
+from ..core import constants as C
+from ..core.detect import parse_timestamp
+from ..core.objects import Obj
+from ..core.selector import SelectorError
+from ..core.selector import parse as parse_selector
+from . import Kube, KubeError, Unreachable, in_cluster_namespace
 
 # The namespace the shipped manifests (chart and kustomize) install the controller into.
 DEFAULT_CONTROLLER_NAMESPACE = "flux-plunger"

@@ -28,8 +28,8 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import constants as C
-from .kube import JSON, Kube, KubeError, core_path
+from ..core import constants as C
+from ..kube import JSON, Kube, KubeError, core_path
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,7 @@ class SecretBackup:
 
     def prune(self, now: dt.datetime | None = None) -> list[str]:
         """Delete backups older than the retention period; never raises."""
-        from .detect import parse_timestamp
+        from ..core.detect import parse_timestamp
 
         now = now or dt.datetime.now(dt.timezone.utc)
         pruned = []

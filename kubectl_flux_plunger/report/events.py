@@ -15,9 +15,9 @@ import threading
 from collections.abc import Mapping
 from typing import Protocol
 
-from . import constants as C
-from .kube import KubeError
-from .objects import Obj
+from ..core import constants as C
+from ..core.objects import Obj
+from ..kube import KubeError
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The kubeconfig of a HelmRelease's ``spec.kubeConfig``: which Secret and key hold it, what
-of it is kept (as helm-controller reads it: see :mod:`kubectl_flux_plunger.remote`), and the
+of it is kept (as helm-controller reads it: see :mod:`kubectl_flux_plunger.kube.remote`), and the
 TLS context it gives — the client certificate loaded from memory only, never from a file.
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .detect import dig
-from .kube import KubeError
+from ..core.detect import dig
+from . import KubeError
 
 DEFAULT_KEYS = ("value", "value.yaml")
 
