@@ -2,10 +2,11 @@
 
 One module per concern, layered one way (an import-linter contract holds it)::
 
-    client        Kube: the one class callers hold, made of the helpers below
+    client        Kube: the one class callers hold: the transport, with the parts below
+                  made over it and a flat method API delegating to them
     helmreleases  HelmReleases (get, paged list, watch, apply and patches)
     resources     Secrets, Events, Leases, the controller's Deployment and Pods, discovery
-    read          GET-or-none, the paged LIST, the WATCH stream and the watch-list flag
+    read          Reads: GET-or-none, the paged LIST, the WATCH stream, the watch-list flag
     transport     TLS, auth, headers, retries of reads, dry-run, the request counters: the
                   one module every request goes through
     config        kubeconfig / in-cluster configuration, kubectl's override flags
