@@ -134,7 +134,7 @@ def main() -> int:
             variants = {
                 "cluster (survey)": (lambda: controller_lease.survey(kube, "flux-plunger"),
                                      [(None, not_nodes)]),
-                "cluster, 500 a page": (lambda: list(kube._pages(lease_path(None), paged)),
+                "cluster, 500 a page": (lambda: list(kube.reads.pages(lease_path(None), paged)),
                                         [(None, paged)]),
                 "cluster, nodes too": (lambda: kube.request("LIST", "GET", lease_path(None)),
                                        [(None, {})]),

@@ -458,13 +458,10 @@ def complete_releases(ctx: click.Context, param: click.Parameter, incomplete: st
 def complete_contexts(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     from click.shell_completion import CompletionItem
 
-    from ..kube import _client_modules
+    from ..kube import kubeconfig_contexts
 
     try:
-        _, config, _ = _client_modules()
-        contexts, _active = config.list_kube_config_contexts(
-            config_file=ctx.params.get("kubeconfig")
-        )
+        contexts = kubeconfig_contexts(ctx.params.get("kubeconfig"))
     except Exception:  # noqa: BLE001 - no kubeconfig: nothing to offer
         return []
     return [CompletionItem(c["name"]) for c in contexts if c["name"].startswith(incomplete)]

@@ -2,22 +2,24 @@
 
 One module per concern, layered one way (an import-linter contract holds it)::
 
-    client        Kube: the one class callers hold, made of the helpers below
+    client        Kube: the one class callers hold: the transport, with the parts below
+                  made over it and a flat method API delegating to them
     helmreleases  HelmReleases (get, paged list, watch, apply and patches)
     resources     Secrets, Events, Leases, the controller's Deployment and Pods, discovery
-    read          GET-or-none, the paged LIST, the WATCH stream and the watch-list flag
+    read          Reads: GET-or-none, the paged LIST, the WATCH stream, the watch-list flag
     transport     TLS, auth, headers, retries of reads, dry-run, the request counters: the
                   one module every request goes through
     config        kubeconfig / in-cluster configuration, kubectl's override flags
-    official      the official client, loaded lazily and only in part
+    official      the official client, loaded lazily and only in part; the kubeconfig's
+                  contexts (the completion of ``--context``)
     errors        KubeError and a subclass per status; ConfigError
     paths         where resources live; media types
 
-Callers import from ``kubectl_flux_plunger.kube``: the public names of the modules below,
-and ``_client_modules`` (the lazily loaded official client, which ``remote`` and the
-completion of ``--context`` use); a unit test that needs a module's private helper imports
-that module.  The ``kubernetes`` package is imported lazily: ``--help`` must not
-pay for it.
+Callers import from ``kubectl_flux_plunger.kube``: the public names of the modules below;
+a unit test that needs a module's private helper imports that module.  Only this package
+imports the ``kubernetes`` client (an import-linter contract holds it): what others need of
+it has a public function here (:func:`kubeconfig_contexts`).  The ``kubernetes`` package is
+imported lazily: ``--help`` must not pay for it.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from .errors import (
     Unreachable,
     kube_error,
 )
-from .official import ClientConfiguration, _client_modules
+from .official import ClientConfiguration, kubeconfig_contexts
 from .paths import APPLY_PATCH, JSON, JSON_PATCH, MERGE_PATCH, core_path, hr_path, lease_path
 from .read import INITIAL_EVENTS_END
 from .transport import (
@@ -88,13 +90,13 @@ __all__ = [
     "TooManyRequests",
     "Unauthorized",
     "Unreachable",
-    "_client_modules",
     "context_namespace",
     "core_path",
     "default_namespace",
     "hr_path",
     "in_cluster_namespace",
     "kube_error",
+    "kubeconfig_contexts",
     "kubeconfig_paths",
     "lease_path",
 ]

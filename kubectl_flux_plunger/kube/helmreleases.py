@@ -10,16 +10,21 @@ from ..core import constants as C
 from ..core.objects import Obj
 from .errors import KubeError
 from .paths import APPLY_PATCH, JSON_PATCH, MERGE_PATCH, hr_path
-from .read import Reader
+from .read import Reads
+from .transport import Transport
 
 
-class HelmReleases(Reader):
-    """HelmReleases (``helm.toolkit.fluxcd.io``)."""
+class HelmReleases:
+    """HelmReleases (``helm.toolkit.fluxcd.io``), over one transport and its reads."""
+
+    def __init__(self, transport: Transport, reads: Reads) -> None:
+        self._transport = transport
+        self._reads = reads
 
     def get_hr(self, namespace: str, name: str) -> Obj | None:
         """A fresh read; None when the release does not exist."""
         try:
-            return self.request("GET", "GET", hr_path(namespace, name))
+            return self._transport.request("GET", "GET", hr_path(namespace, name))
         except KubeError as exc:
             if exc.object_missing:
                 return None
@@ -36,7 +41,9 @@ class HelmReleases(Reader):
     ) -> Iterator[tuple[list[Obj], str]]:
         """The pages of a fresh LIST, one at a time (``serve`` never holds every release in
         memory at once). Yields (items of one page, list resourceVersion)."""
-        pages = self._pages(hr_path(namespace), {"labelSelector": label_selector, "limit": limit})
+        pages = self._reads.pages(
+            hr_path(namespace), {"labelSelector": label_selector, "limit": limit}
+        )
         for out in pages:
             md = out.get("metadata") or {}
             yield out.get("items") or [], md.get("resourceVersion", "")
@@ -60,7 +67,7 @@ class HelmReleases(Reader):
         events, ends it with a BOOKMARK annotated :data:`INITIAL_EVENTS_END`, then carries
         every change: one request where a GET and a WATCH would be two.  Servers without
         the WatchList feature answer 422."""
-        yield from self._watch(
+        yield from self._reads.watch(
             hr_path(namespace),
             label_selector=label_selector,
             field_selector=field_selector,
@@ -73,7 +80,7 @@ class HelmReleases(Reader):
     def apply_hr(self, body: Obj, *, force: bool = False) -> Obj:
         """Server-side apply by manager ``flux-plunger`` of a minimal body."""
         md = body["metadata"]
-        return self.request(
+        return self._transport.request(
             "APPLY",
             "PATCH",
             hr_path(md["namespace"], md["name"]),
@@ -86,7 +93,7 @@ class HelmReleases(Reader):
     def merge_patch_hr(
         self, namespace: str, name: str, patch: Obj, *, field_manager: str = C.CLIENT_SIDE_MANAGER
     ) -> Obj:
-        return self.request(
+        return self._transport.request(
             "PATCH",
             "PATCH",
             hr_path(namespace, name),
@@ -99,7 +106,7 @@ class HelmReleases(Reader):
     def json_patch_hr(
         self, namespace: str, name: str, ops: list[Obj], *, field_manager: str = C.FIELD_MANAGER
     ) -> Obj:
-        return self.request(
+        return self._transport.request(
             "PATCH",
             "PATCH",
             hr_path(namespace, name),
@@ -111,7 +118,7 @@ class HelmReleases(Reader):
 
     def hr_api_served(self) -> bool:
         try:
-            self.request("GET", "GET", f"/apis/{C.HR_GROUP}/{C.HR_VERSION}")
+            self._transport.request("GET", "GET", f"/apis/{C.HR_GROUP}/{C.HR_VERSION}")
             return True
         except KubeError as exc:
             if exc.not_found:

@@ -101,3 +101,13 @@ def _client_modules() -> tuple[ModuleType, ModuleType, ModuleType]:
     config = importlib.import_module("kubernetes.config")
     rest = importlib.import_module("kubernetes.client.rest")
     return configuration, config, rest
+
+
+def kubeconfig_contexts(kubeconfig: str | None) -> list[dict[str, Any]]:
+    """The contexts of ``kubeconfig`` (kubectl's default files when None) as the official
+    client lists them (each a dict with its ``name``): what the completion of ``--context``
+    offers.  Raises whatever the client raises when there is no usable kubeconfig."""
+    _, config, _ = _client_modules()
+    contexts: list[dict[str, Any]]
+    contexts, _active = config.list_kube_config_contexts(config_file=kubeconfig)
+    return contexts

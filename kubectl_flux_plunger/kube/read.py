@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..core.objects import Obj
 from . import servers
@@ -14,20 +14,16 @@ from .errors import KubeError, Unreachable
 from .official import ClientConfiguration
 from .transport import Transport, _one_line
 
-if TYPE_CHECKING:
-    from typing_extensions import Unpack  # typing.Unpack is 3.11+; annotations only
-
-    from .transport import KubeOptions
-
 # The annotation of the BOOKMARK that ends a watch-list's initial events.
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
-class Reader(Transport):
-    """The reads every resource helper is made of, over one :class:`Transport`."""
+class Reads:
+    """The reads every resource part is made of, over one :class:`Transport`; and whether
+    this server serves watch-lists."""
 
-    def __init__(self, configuration: ClientConfiguration, **options: Unpack[KubeOptions]):
-        super().__init__(configuration, **options)
+    def __init__(self, transport: Transport, configuration: ClientConfiguration) -> None:
+        self._transport = transport
         # the server answers watch-lists (sendInitialEvents; WatchList, on by default
         # since Kubernetes 1.34); cleared on the first 400/422 to one.  A refusal is
         # remembered per server for a while (servers.py): loaded here, saved on the flip.
@@ -48,29 +44,29 @@ class Reader(Transport):
         flipped = self._watch_list and not value
         self._watch_list = value
         if flipped:
-            servers.remember_watch_lists_refused(self._server_file, str(self._cfg.host))
+            servers.remember_watch_lists_refused(self._server_file, str(self._transport.host))
 
-    def _get_or_none(self, path: str) -> Obj | None:
+    def get_or_none(self, path: str) -> Obj | None:
         """A GET; None when the answer is 404."""
         try:
-            return self.request("GET", "GET", path)
+            return self._transport.request("GET", "GET", path)
         except KubeError as exc:
             if exc.not_found:
                 return None
             raise
 
-    def _pages(self, path: str, query: Obj) -> Iterator[Obj]:
+    def pages(self, path: str, query: Obj) -> Iterator[Obj]:
         """The answers of a paged LIST of ``path`` (``query`` carries its ``limit``), one
         request per page, each sent only when the page before it has been consumed."""
         cont = None
         while True:
-            out = self.request("LIST", "GET", path, query={**query, "continue": cont})
+            out = self._transport.request("LIST", "GET", path, query={**query, "continue": cont})
             yield out
             cont = (out.get("metadata") or {}).get("continue")
             if not cont:
                 return
 
-    def _watch(
+    def watch(
         self,
         path: str,
         *,
@@ -93,7 +89,7 @@ class Reader(Transport):
         if send_initial_events:
             query["sendInitialEvents"] = "true"
             query["resourceVersionMatch"] = "NotOlderThan"
-        resp = self.open_watch(path, query, timeout=timeout_seconds + 30)
+        resp = self._transport.open_watch(path, query, timeout=timeout_seconds + 30)
         if opened is not None:
             opened(resp)
         try:

@@ -36,7 +36,8 @@ from collections.abc import Callable, MutableMapping
 from typing import Any
 
 from ..core.detect import dig
-from . import Kube, KubeError, _client_modules, core_path
+from . import Kube, KubeError, core_path
+from .official import _client_modules
 from .remote_kubeconfig import (
     KubeConfigRef,
     RemoteConfig,

@@ -9,14 +9,18 @@ from urllib.parse import quote
 
 from ..core.objects import Obj
 from .paths import JSON, MERGE_PATCH, core_path, lease_path
-from .read import Reader
+from .read import Reads
+from .transport import Transport
 
 
-class Secrets(Reader):
-    """Helm storage Secrets."""
+class Secrets:
+    """Helm storage Secrets, over one transport."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
 
     def list_secrets(self, namespace: str, label_selector: str) -> list[Obj]:
-        out = self.request(
+        out = self._transport.request(
             "LIST", "GET", core_path("secrets", namespace), query={"labelSelector": label_selector}
         )
         return out.get("items") or []
@@ -38,9 +42,9 @@ class Secrets(Reader):
             "kind": "DeleteOptions",
             "preconditions": preconditions,
         }
-        if self.dry_run:
+        if self._transport.dry_run:
             options["dryRun"] = ["All"]
-        return self.request(
+        return self._transport.request(
             "DELETE",
             "DELETE",
             core_path("secrets", namespace, name),
@@ -50,25 +54,29 @@ class Secrets(Reader):
         )
 
 
-class Events(Reader):
+class Events:
     """Events (core/v1)."""
 
+    def __init__(self, transport: Transport, reads: Reads) -> None:
+        self._transport = transport
+        self._reads = reads
+
     def get_event(self, namespace: str, name: str) -> Obj | None:
-        return self._get_or_none(core_path("events", namespace, name))
+        return self._reads.get_or_none(core_path("events", namespace, name))
 
     def iter_events(
         self, namespace: str | None, field_selector: str, limit: int = 500
     ) -> Iterator[Obj]:
         """The Events ``field_selector`` selects, in ``namespace`` (every namespace when
         None), one page at a time: a single request unless more than ``limit`` match."""
-        pages = self._pages(
+        pages = self._reads.pages(
             core_path("events", namespace), {"fieldSelector": field_selector, "limit": limit}
         )
         for out in pages:
             yield from out.get("items") or []
 
     def create_event(self, namespace: str, body: Obj) -> Obj:
-        return self.request(
+        return self._transport.request(
             "CREATE",
             "POST",
             core_path("events", namespace),
@@ -78,7 +86,7 @@ class Events(Reader):
         )
 
     def patch_event(self, namespace: str, name: str, patch: Obj) -> Obj:
-        return self.request(
+        return self._transport.request(
             "PATCH",
             "PATCH",
             core_path("events", namespace, name),
@@ -91,14 +99,18 @@ class Events(Reader):
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 
 
-class Leases(Reader):
+class Leases:
     """Leases (coordination.k8s.io/v1)."""
 
+    def __init__(self, transport: Transport, reads: Reads) -> None:
+        self._transport = transport
+        self._reads = reads
+
     def get_lease(self, namespace: str, name: str) -> Obj | None:
-        return self._get_or_none(lease_path(namespace, name))
+        return self._reads.get_or_none(lease_path(namespace, name))
 
     def list_leases(self, namespace: str) -> list[Obj]:
-        items = self.request("LIST", "GET", lease_path(namespace)).get("items") or []
+        items = self._transport.request("LIST", "GET", lease_path(namespace)).get("items") or []
         return [i for i in items if isinstance(i, dict)]
 
     def list_cluster_leases(self) -> list[Obj]:
@@ -106,30 +118,37 @@ class Leases(Reader):
         node): one LIST, unpaged — a paged one costs a request per page and is slower end to
         end (docs/BENCHMARKS.md, "Finding every running flux-plunger")."""
         query: Obj = {"fieldSelector": f"metadata.namespace!={NODE_LEASE_NAMESPACE}"}
-        items = self.request("LIST", "GET", lease_path(None), query=query).get("items") or []
+        out = self._transport.request("LIST", "GET", lease_path(None), query=query)
+        items = out.get("items") or []
         return [i for i in items if isinstance(i, dict)]
 
     def create_lease(self, namespace: str, body: Obj) -> Obj:
-        return self.request("CREATE", "POST", lease_path(namespace), body=body, content_type=JSON)
+        return self._transport.request(
+            "CREATE", "POST", lease_path(namespace), body=body, content_type=JSON
+        )
 
     def update_lease(self, namespace: str, name: str, body: Obj) -> Obj:
-        return self.request(
+        return self._transport.request(
             "UPDATE", "PUT", lease_path(namespace, name), body=body, content_type=JSON
         )
 
 
-class Workloads(Reader):
+class Workloads:
     """The controller's Deployment (release-fence --stop-deployment), its Pods, discovery."""
 
+    def __init__(self, transport: Transport, reads: Reads) -> None:
+        self._transport = transport
+        self._reads = reads
+
     def get_deployment(self, namespace: str, name: str) -> Obj | None:
-        return self._get_or_none(
+        return self._reads.get_or_none(
             f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}"
             f"/deployments/{quote(name, safe='')}"
         )
 
     def scale_deployment(self, namespace: str, name: str, replicas: int) -> Obj:
         """Merge patch of the scale subresource (what `kubectl scale` sends)."""
-        return self.request(
+        return self._transport.request(
             "PATCH",
             "PATCH",
             f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}"
@@ -140,7 +159,7 @@ class Workloads(Reader):
         )
 
     def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
-        out = self.request(
+        out = self._transport.request(
             "LIST", "GET", core_path("pods", namespace), query={"labelSelector": label_selector}
         )
         return out.get("items") or []
@@ -148,10 +167,10 @@ class Workloads(Reader):
     # -- discovery -----------------------------------------------------------------
 
     def server_version(self) -> Obj:
-        return self.request("GET", "GET", "/version")
+        return self._transport.request("GET", "GET", "/version")
 
     def list_deployments_any(self, label_selector: str) -> list[Obj]:
-        out = self.request(
+        out = self._transport.request(
             "LIST", "GET", "/apis/apps/v1/deployments", query={"labelSelector": label_selector}
         )
         return out.get("items") or []

@@ -13,6 +13,7 @@ from kubectl_flux_plunger import kube as K
 from kubectl_flux_plunger.kube import errors as kube_errors
 from kubectl_flux_plunger.kube import transport as kube_transport
 from kubectl_flux_plunger.kube import config as kube_config
+from kubectl_flux_plunger.kube.official import _client_modules
 
 pytestmark = pytest.mark.unit
 
@@ -172,7 +173,7 @@ def test_in_cluster_configuration_is_used_in_a_pod(tmp_path, monkeypatch):
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
-    _, config, _ = K._client_modules()
+    _, config, _ = _client_modules()
     seen = []
     monkeypatch.setattr(config, "load_incluster_config",
                         lambda client_configuration: seen.append(client_configuration))
