@@ -18,7 +18,7 @@ from ..kube import KubeError
 from .outcome import Outcome, Result
 
 if TYPE_CHECKING:
-    from . import Executor
+    from .executor import Executor
 
 DONE = frozenset({Result.FENCE_REMOVED, Result.GONE})
 

@@ -1,4 +1,5 @@
-"""``--dry-run=client``: the plan of a decision, without a write."""
+"""``--dry-run=client``: the plan of a decision, without a write (the action the
+classifier picks for every decision on a client dry run)."""
 
 from __future__ import annotations
 
@@ -7,23 +8,24 @@ from ..core import ownership, plan, writes
 from ..core.objects import Obj
 from .outcome import Ending, Options, Report, Result
 from .primitives import Primitives
-from .saga import DELETE, RECOVERY_STEPS, Saga, step_args
+from .recover import Recover
+from .steps import DELETE, RECOVERY_STEPS, step_args
 
 PLANNED = Ending(Result.PLANNED)
 
 
 class DryRun:
-    """The plan of a decision: what the executor would send, rendered from the saga's own
-    step list after the saga's own choice (its one storage LIST) — never a write."""
+    """The plan of a decision: what the executor would send, rendered from the recovery's own
+    step list after the recovery's own choice (its one storage LIST) — never a write."""
 
-    def __init__(self, saga: Saga, prims: Primitives, options: Options):
-        self.saga = saga
+    def __init__(self, recover: Recover, prims: Primitives, options: Options):
+        self.recover = recover
         self.prims = prims
         self.opt = options
 
     def plan_only(self, hr: Obj, d: plan.Decision) -> Report:
         """The steps ``d`` would take on ``hr``, as a planned report (the recovery's from
-        the saga's own step list, after the real storage LIST that chooses)."""
+        the recovery's own step list, after the real storage LIST that chooses)."""
         if d.action is plan.Action.RELINQUISH:
             body = writes.relinquish_body(hr)["metadata"]
             keep, mark = body.get("finalizers"), body.get("annotations")
@@ -51,7 +53,7 @@ class DryRun:
                 PLANNED, steps=("wait for helm-controller to uninstall, then remove the fence",)
             )
         if d.action is plan.Action.RECOVER and self.opt.allow_recover:
-            choice, report = self.saga.choose(hr)
+            choice, report = self.recover.choose(hr)
             if choice is None:
                 return report
             args = step_args(choice, self.prims.storage_where(hr), hr)

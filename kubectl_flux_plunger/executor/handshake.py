@@ -1,4 +1,4 @@
-"""Waiting on one release — the one wait-until helper of the saga.
+"""Waiting on one release — the one wait-until helper of the recovery (``recover``).
 
 ``ReleaseWatch`` is one WATCH of the release, opened from the resourceVersion of the fresh
 read that decided on a recovery and read by a thread into a queue.  That one request serves
@@ -51,7 +51,7 @@ class ReleaseWatch:
 
     Opened from the rv of ``hr`` (the read that decided), or — :meth:`read` — as a
     watch-list whose initial event *is* the fresh read, so the read that decides and the
-    stream the saga then waits on are one request."""
+    stream the recovery then waits on are one request."""
 
     def __init__(
         self,

@@ -1,7 +1,8 @@
 """The write primitives of SPEC §5, each carrying the evidence of the read that decided on
-it, with one conflict loop (``retry_on_conflict``) bounded by time — and the two requests
-that touch Helm storage (``list_storage``, ``delete_revision``), named so a release whose
-storage lives elsewhere can be routed in one place."""
+it, with one conflict loop (``retry_on_conflict``) bounded by time — and the requests that
+touch Helm storage (``list_storage``, ``delete_revision``, ``create_storage_secret``), named
+so a release whose storage lives elsewhere can be routed in one place.  ``list_storage`` is
+also the one LIST of a release's storage ``status`` reads."""
 
 from __future__ import annotations
 
@@ -12,12 +13,23 @@ from typing import TypeVar
 
 from ..core import detect, ownership, plan, storage, writes
 from ..core.objects import Obj
-from ..kube import Conflict, Kube, KubeError, core_path
+from ..kube import JSON, Conflict, Kube, KubeError, core_path
 from ..kube.remote import Remotes, storage_cluster
 from ..report.events import Recorder
 from .outcome import Options
 
 R = TypeVar("R")
+
+
+def _no_guard(_: Obj) -> None:
+    return None
+
+
+def list_storage(store: Kube, hr: Obj) -> list[Obj]:
+    """The Helm storage Secrets of ``hr`` in ``store``, the client of the cluster that keeps
+    them (one LIST): the executor's and ``status``'s one read of a release's storage."""
+    ns, release = storage.storage_namespace(hr), storage.release_name(hr)
+    return store.list_secrets(ns, storage.label_selector(release))
 
 
 class Primitives:
@@ -157,6 +169,37 @@ class Primitives:
             stop=stop,
         )
 
+    def lift_sole_suspension(
+        self,
+        hr: Obj,
+        timeout: float,
+        stop: Callable[[], bool] | None = None,
+        guard: Callable[[Obj], None] = _no_guard,
+    ) -> Obj | None:
+        """Lift a suspension flux-plunger alone owns with the guarded JSON patch (never an
+        apply; ``release-fence``).  Returns the release as last read or written (None when
+        gone).  Raises KubeError at once for what retrying cannot change, or when
+        ``timeout`` passes; ``guard(state)`` raises for a state it may not write on (every
+        re-read is held to it)."""
+
+        def attempt(current: Obj) -> Obj:
+            if not (detect.is_suspended(current) and ownership.sole_owner_is_us(current)):
+                return current
+            guard(current)
+            md = current["metadata"]
+            return self.kube.json_patch_hr(
+                md["namespace"], md["name"], writes.unsuspend_json_patch(current)
+            )
+
+        return self.retry_on_conflict(
+            hr,
+            attempt,
+            what="lifting flux-plunger's suspension",
+            timeout=timeout,
+            transient=True,
+            stop=stop,
+        )
+
     def acquire(
         self,
         hr: Obj,
@@ -230,8 +273,7 @@ class Primitives:
         through here, so a release whose storage lives elsewhere can be routed in one place.
         Storage of a ``spec.kubeConfig`` release is listed in its remote cluster (a
         :class:`~kubectl_flux_plunger.kube.remote.RemoteError` says why it cannot be)."""
-        ns, release = storage.storage_namespace(hr), storage.release_name(hr)
-        return self.remotes.storage_kube(hr).list_secrets(ns, storage.label_selector(release))
+        return list_storage(self.remotes.storage_kube(hr), hr)
 
     def storage_where(self, hr: Obj) -> str:
         """`` in cluster <server>`` when ``hr``'s storage is remote, else nothing."""
@@ -259,3 +301,34 @@ class Primitives:
             saved = self.opt.backup.save(secret, hr, storage_cluster(store))
         store.delete_secret(rev.namespace, rev.name, rev.uid, rev.resource_version)
         return saved
+
+
+def create_storage_secret(store: Kube, secret: Obj, dry_run: str) -> bool:
+    """Create the storage Secret ``secret`` in ``store`` unless it exists (False then;
+    ``restore`` never overwrites); a client dry run only looks.  Raises KubeError for any
+    other failure."""
+    md = secret["metadata"]
+    ns, name = md["namespace"], md["name"]
+    try:
+        store.request("GET", "GET", core_path("secrets", ns, name))
+        return False
+    except KubeError as exc:
+        if not exc.object_missing:
+            raise
+    if dry_run == "client":
+        return True
+    query = {"dryRun": "All"} if dry_run == "server" else None
+    try:
+        store.request(
+            "CREATE",
+            "POST",
+            core_path("secrets", ns),
+            body=secret,
+            content_type=JSON,
+            query=query,
+        )
+    except KubeError as exc:
+        if exc.conflict:
+            return False
+        raise
+    return True

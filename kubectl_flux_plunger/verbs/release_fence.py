@@ -14,7 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
 
-from ..core import detect, ownership, writes
+from ..core import detect, ownership
 from ..core.objects import Obj
 from ..core.plan import Row
 from ..core.selector import Selector
@@ -71,37 +71,6 @@ class FenceResult:
         return f"released the uninstall fence from {ref}" + (
             f" ({self.detail})" if self.detail else ""
         )
-
-
-def _lift_sole_suspension(
-    prims: Executor,
-    hr: Obj,
-    timeout: float,
-    stop: Callable[[], bool] | None = None,
-    guard: Callable[[Obj], None] = lambda _: None,
-) -> Obj | None:
-    """Lift a suspension flux-plunger alone owns with the guarded JSON patch (never an
-    apply).  Returns the release as last read or written (None when gone).  Raises
-    KubeError at once for what retrying cannot change, or when ``timeout`` passes;
-    ``guard(state)`` raises for a state it may not write on (every re-read is held to it)."""
-
-    def attempt(current: Obj) -> Obj:
-        if not (detect.is_suspended(current) and ownership.sole_owner_is_us(current)):
-            return current
-        guard(current)
-        md = current["metadata"]
-        return prims.kube.json_patch_hr(
-            md["namespace"], md["name"], writes.unsuspend_json_patch(current)
-        )
-
-    return prims.retry_on_conflict(
-        hr,
-        attempt,
-        what="lifting flux-plunger's suspension",
-        timeout=timeout,
-        transient=True,
-        stop=stop,
-    )
 
 
 def _remove_fences(
@@ -178,9 +147,7 @@ def _release_one(
     prims = Executor(kube)
     guard(hr)  # the listed copy is the read the first write is guarded by
     try:
-        current = _lift_sole_suspension(
-            prims, hr, max(0.0, deadline - time.monotonic()), stop, guard
-        )
+        current = prims.lift_sole_suspension(hr, max(0.0, deadline - time.monotonic()), stop, guard)
     except KubeError as exc:
         return FenceResult(
             ns, name, False, False, f"flux-plunger's suspension could not be lifted: {exc}"

@@ -15,7 +15,8 @@ from typing import Any
 
 from ..core import detect, ownership
 from ..executor.backup import BackupError, original, provenance, revision_of
-from ..kube import JSON, Kube, KubeError, core_path
+from ..executor.primitives import create_storage_secret
+from ..kube import Kube
 from ..kube.remote import RemoteError, Remotes, storage_cluster
 
 
@@ -82,7 +83,7 @@ def run(
                 f"the backup comes from cluster {cluster}, but the HelmRelease's "
                 f"storage is now in cluster {now}"
             )
-        if not _create(store, secret, dry_run):
+        if not create_storage_secret(store, secret, dry_run):
             return refuse("it already exists; restore never overwrites")
         result.cluster = now
         if dry_run == "client":
@@ -125,36 +126,6 @@ def _refusal(hr: dict[str, Any] | None, hr_ref: str, cluster: str, force: bool) 
                 "(a recovery is in flight); suspend it yourself or pass --force"
             )
     return ""
-
-
-def _create(store: Kube, secret: dict[str, Any], dry_run: str) -> bool:
-    """Create ``secret`` in ``store`` unless it exists (False then); a client dry run only
-    looks.  Raises KubeError for any other failure."""
-    md = secret["metadata"]
-    ns, name = md["namespace"], md["name"]
-    try:
-        store.request("GET", "GET", core_path("secrets", ns, name))
-        return False
-    except KubeError as exc:
-        if not exc.object_missing:
-            raise
-    if dry_run == "client":
-        return True
-    query = {"dryRun": "All"} if dry_run == "server" else None
-    try:
-        store.request(
-            "CREATE",
-            "POST",
-            core_path("secrets", ns),
-            body=secret,
-            content_type=JSON,
-            query=query,
-        )
-    except KubeError as exc:
-        if exc.conflict:
-            return False
-        raise
-    return True
 
 
 __all__ = ["BackupError", "RestoreResult", "run"]

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from ..core import constants as C
 from ..core import detect, ownership, plan, storage
 from ..core.objects import Obj
+from ..executor.primitives import list_storage
 from ..kube import Kube, KubeError, controller_lease
 from ..kube.controller_lease import ControllerLease, Controllers
 from ..kube.remote import RemoteError, Remotes, storage_cluster
@@ -305,7 +306,7 @@ def _row(
     if store is not None:
         cluster = storage_cluster(store)
         try:
-            secrets = store.list_secrets(ns, storage.label_selector(release))
+            secrets = list_storage(store, hr)
             verdict = plan.storage_verdict(hr, secrets)
             choice = verdict.choice
             if choice.revision is not None:

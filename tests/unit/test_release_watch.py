@@ -138,7 +138,7 @@ def test_read_watched_falls_back_to_a_get_for_good_when_the_server_has_no_watch_
     kube_error(403, "Forbidden", "cannot watch"),               # not allowed
 ])
 def test_read_watched_reads_with_a_get_when_the_watch_list_gives_no_state(script, monkeypatch):
-    monkeypatch.setattr("kubectl_flux_plunger.executor.FIRST_WAIT", 0.05)
+    monkeypatch.setattr("kubectl_flux_plunger.executor.read.FIRST_WAIT", 0.05)
     kube = FakeKube(script, hr=_hr("4"))
     hr, watch = _executor(kube).read_watched(NS, NAME)
     assert hr == _hr("4") and watch is None and kube.gets == 1
@@ -146,7 +146,7 @@ def test_read_watched_reads_with_a_get_when_the_watch_list_gives_no_state(script
 
 
 def test_watch_lists_that_keep_giving_no_state_are_given_up(monkeypatch):
-    monkeypatch.setattr("kubectl_flux_plunger.executor.FIRST_WAIT", 0.05)
+    monkeypatch.setattr("kubectl_flux_plunger.executor.read.FIRST_WAIT", 0.05)
     kube = FakeKube([{"type": "ERROR", "object": {"kind": "Status", "code": 500}}], hr=_hr("4"))
     ex = _executor(kube)
     for _ in range(3):

@@ -70,6 +70,6 @@ AWAITING = dict(generation=3, last_attempted_generation=2,
 )
 def test_a_pass_settles_the_release_where_it_ended_when_that_wants_no_further_pass(
         newest, ending, settled) -> None:
-    from kubectl_flux_plunger.executor import _settled
+    from kubectl_flux_plunger.executor.executor import _settled
 
     assert _settled(newest, ending) == settled

@@ -1,6 +1,6 @@
-"""The recovery sequence of SPEC §6 (the saga): list storage and choose, acquire, handshake,
-record, delete the judged revision, relinquish — exactly one relinquish on every exit after
-the acquire, and a line that says what is left when that fails.
+"""The RECOVER action, the recovery sequence of SPEC §6: list storage and choose, acquire,
+handshake, record, delete the judged revision, relinquish — exactly one relinquish on every
+exit after the acquire, and a line that says what is left when that fails.
 
 Each step returns what it decided instead of writing into an ``Outcome``: the ``Report`` so
 far (steps done, revision judged, backup), ended (``Report.end`` with an ``Ending``: result,
@@ -10,9 +10,8 @@ words, failed) where the sequence stops, or left open to go on.  The entry
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from ..core import constants as C
 from ..core import detect, ownership, plan, storage
 from ..core.objects import Obj
 from ..kube import Kube, KubeError
@@ -30,64 +29,16 @@ from .outcome import (
     Stopped,
     deferred,
     failed,
-    fence_hint,
     leftover_hint,
 )
 from .primitives import Primitives
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of the recovery sequence: how a dry run announces it and how a real run
-    reports it done — one list, so the plan cannot drift from what runs."""
-
-    plan: str
-    done: str
-
-
-ACQUIRE = Step(
-    f"apply (flux-plunger) spec.suspend=true and finalizer {C.FENCE}{{mark}}",
-    "suspended and fenced",
-)
-HANDSHAKE = Step("wait for helm-controller to observe the suspension", "")
-RECORD = Step(f"annotate {C.PROCESSED_ANNOTATION}={{revision}}", "recorded revision {revision}")
-DELETE = Step(
-    "delete Secret {namespace}/{name}{where} (uid {uid}, resourceVersion {rv}, Helm "
-    "status {status})",
-    "deleted {namespace}/{name}{where}",
-)
-RELINQUISH = Step(
-    "apply (flux-plunger) without spec.suspend and without the fence{unmark}",
-    "lifted the suspension",
-)
-RECOVERY_STEPS = (ACQUIRE, HANDSHAKE, RECORD, DELETE, RELINQUISH)
-
-
-def step_args(choice: storage.Choice, where: str = "", hr: Obj | None = None) -> dict[str, object]:
-    """What the step texts name for the chosen revision (``where``: `` in cluster <server>``
-    for storage in the remote cluster of spec.kubeConfig; ``hr``: the read the acquire would
-    be built from — whether it marks the Flux UI's suspendedBy)."""
-    rev = choice.revision
-    assert rev is not None
-    marks = hr is not None and ownership.may_mark_suspended_by(hr)
-    return {
-        "mark": f", with annotation {C.SUSPENDED_BY_ANNOTATION}={C.SUSPENDED_BY}" if marks else "",
-        "unmark": f", and without annotation {C.SUSPENDED_BY_ANNOTATION}" if marks else "",
-        "revision": rev.number,
-        "namespace": rev.namespace,
-        "name": rev.name,
-        "uid": rev.uid,
-        "rv": rev.resource_version,
-        "status": choice.helm_status,
-        "where": where,
-    }
-
+from .steps import ACQUIRE, DELETE, RECORD, RELINQUISH, drop_fence_not_ours, step_args
 
 # how long a 409 waits for the stream to carry the newer state before a GET
 REREAD_WAIT = 2.0
 
 
-class Saga:
+class Recover:
     """The recovery sequence, step by step.  Each step returns what it decided — the
     ``Report`` so far, ended (``Report.end``) where the sequence stops — and never writes
     into an ``Outcome``: the entry makes the one ``Outcome`` of the report.
@@ -136,7 +87,7 @@ class Saga:
             return None, report.end(ending)
         return choice, report
 
-    def recover(self, hr: Obj, watch: ReleaseWatch | None = None) -> Report:
+    def run(self, hr: Obj, watch: ReleaseWatch | None = None) -> Report:
         """The recovery sequence on ``hr``, the fresh read that decided; ``watch`` is the
         watch-list that read came from (the caller closes it), else one is opened here."""
         choice, report = self.choose(hr)
@@ -350,57 +301,10 @@ class Saga:
             lifted = self.prims.relinquish(current) if ownership.owns_suspend(current) else None
             if lifted is not None:
                 return report.did(RELINQUISH.done).after(lifted)
-            if self._drop_fence_not_ours(current):
+            if drop_fence_not_ours(self.prims, current):
                 return report.did("removed the fence")
             return report
         except KubeError as exc:
             if not exc.conflict:
                 self.prims.event(current, plan.UNSUSPEND_FAILED)
             return report.but(f"could not lift our suspension ({exc}); {leftover_hint(current)}")
-
-    def _drop_fence_not_ours(self, current: Obj) -> bool:
-        """Our suspension is not ours any more: on a fresh read, drop our fence where SPEC
-        §6 says it must not outlive us (live; terminating and suspended by another
-        manager).  True when a fence was removed."""
-        fresh = self.prims.fresh(current)
-        if (
-            fresh is not None
-            and detect.is_fenced(fresh)
-            and (
-                not detect.is_terminating(fresh)
-                or (detect.is_suspended(fresh) and not ownership.owns_suspend(fresh))
-            )
-        ):
-            return self.prims.remove_fence(fresh) is not None
-        return False
-
-    def relinquish_action(self, hr: Obj) -> Report:
-        """The RELINQUISH row: lift our suspension (a Warning Event when that fails)."""
-        try:
-            lifted = self.prims.relinquish(hr)
-            removed = lifted is None and self._drop_fence_not_ours(hr)
-        except KubeError as exc:
-            if not exc.conflict:
-                self.prims.event(hr, plan.UNSUSPEND_FAILED)
-            return Report(failed(f"could not lift our suspension: {exc}; {leftover_hint(hr)}"))
-        if lifted is None:
-            # the suspension changed hands (or the release went) after the read that decided
-            return Report(
-                Ending(
-                    Result.FENCE_REMOVED if removed else Result.UNCHANGED,
-                    "the suspension is no longer ours (another manager took "
-                    "spec.suspend, or the release is gone): nothing of ours to lift",
-                ),
-                steps=("removed the fence",) if removed else (),
-            )
-        return Report(Ending(Result.RELINQUISHED), steps=("lifted our suspension",), wrote=lifted)
-
-    def remove_fence_action(self, hr: Obj) -> Report:
-        """The REMOVE_FENCE row: drop our fence, never spec.suspend."""
-        try:
-            written = self.prims.remove_fence(hr)
-        except KubeError as exc:
-            return Report(failed(f"could not remove the fence: {exc}; {fence_hint(hr)}"))
-        if written is None:
-            return Report(Ending(Result.UNCHANGED))
-        return Report(Ending(Result.FENCE_REMOVED), wrote=written)
