@@ -45,8 +45,9 @@ def test_a_document_without_provenance_is_refused():
 
 
 def test_directory_backup_is_0600_and_never_overwrites(tmp_path, monkeypatch):
+    secret = listed()  # one payload: make_storage_secret's gzip header carries the time
     store = backup.DirectoryBackup(tmp_path / "new")
-    where = store.save(listed(), HR, "local")
+    where = store.save(secret, HR, "local")
     [path] = (tmp_path / "new").iterdir()
     assert where == f"file {path}"
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -54,7 +55,7 @@ def test_directory_backup_is_0600_and_never_overwrites(tmp_path, monkeypatch):
     monkeypatch.setattr(store, "file_name", lambda hr, secret: path.name)
     with pytest.raises(backup.BackupError, match="cannot write backup .*File exists"):
         store.save(listed(), HR, "local")
-    assert backup.original(json.loads(path.read_bytes())) == backup.strip(listed())
+    assert backup.original(json.loads(path.read_bytes())) == backup.strip(secret)
 
 
 def test_load_file_checks_it_is_a_helm_storage_backup(tmp_path):
