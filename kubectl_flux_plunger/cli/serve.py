@@ -1,6 +1,6 @@
 """``serve``: the flags, parsed into one ``ServeConfig`` (:mod:`kubectl_flux_plunger.serve.options`,
 which refuses what cannot work), the start-up checks that need the environment, the API
-clients, and the hand-off to :mod:`kubectl_flux_plunger.serve.run`."""
+clients, and the hand-off to :mod:`kubectl_flux_plunger.serve.controller`."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def _start(cfg: ServeConfig, target: Target, *, lease_namespace: str | None) -> 
     from ..kube import ConfigError, Kube, KubeError
     from ..serve import logs
     from ..serve.health import BindError
-    from ..serve.run import DEFAULT_REQUEST_TIMEOUT, run
+    from ..serve.controller import DEFAULT_REQUEST_TIMEOUT, run
 
     logs.setup(cfg.log_format, cfg.log_level.lower())
     kubeconfig, context = target.kubeconfig, target.kube_context

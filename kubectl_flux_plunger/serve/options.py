@@ -110,7 +110,7 @@ class ServeConfig:
     backup: Backup | None = None  # given: used as it is, whatever backup_namespace says
     events_addr: str | None = None  # --events-addr: Flux notifications
     termination_grace_period: float | None = None  # the pod's: the shutdown must fit in it
-    request_timeout: float | None = None  # None: run.DEFAULT_REQUEST_TIMEOUT
+    request_timeout: float | None = None  # None: controller.DEFAULT_REQUEST_TIMEOUT
     backup_namespace: str | None = None  # --backup-secret-namespace
     backup_retention: float = 168 * 3600.0
     log_format: str = "text"

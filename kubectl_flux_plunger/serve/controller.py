@@ -35,13 +35,13 @@ from ..report.events import Recorder
 from ..report.notify import Notifier
 from .drain import Drainer
 from .health import Endpoints, prometheus_renderer
-from .hints import StartupHints
 from .leader import LeaderElector, identity
 from .logs import fields
 from .metrics import Metrics
 from .options import ServeConfig
 from .overlap import OverlapCheck
 from .queue import Backoff, WorkQueue
+from .startup_hints import StartupHints
 from .watch import Watcher
 
 log = logging.getLogger("kubectl_flux_plunger.serve")
@@ -73,7 +73,7 @@ class Controller:
         )
         selector = parse_selector(cfg.selector) if cfg.selector else None
         # releases helm-controller has just reported stuck, queued ahead of the sync once
-        # this process leads (hints.py)
+        # this process leads (startup_hints.py)
         self.hints = StartupHints(kube, self.queue, namespace=cfg.namespace, selector=selector)
         self.lease_kube = lease_kube
         self.elector: LeaderElector | None = None
