@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '1ab68ba5'
+FINGERPRINT = '973771a8'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -75,8 +75,8 @@ def _start(cfg: ServeConfig, target: Target, *, lease_namespace: str | None) -> 
 
     from ..kube import ConfigError, Kube, KubeError
     from ..serve import logs
-    from ..serve.health import BindError
     from ..serve.controller import DEFAULT_REQUEST_TIMEOUT, run
+    from ..serve.health import BindError
 
     logs.setup(cfg.log_format, cfg.log_level.lower())
     kubeconfig, context = target.kubeconfig, target.kube_context

@@ -30,6 +30,7 @@ from .config import (
     default_namespace,
     in_cluster_namespace,
     kubeconfig_paths,
+    namespace_default,
 )
 from .errors import (
     GENERIC_422,
@@ -97,4 +98,5 @@ __all__ = [
     "kube_error",
     "kubeconfig_paths",
     "lease_path",
+    "namespace_default",
 ]
