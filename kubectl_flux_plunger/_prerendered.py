@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '973771a8'
+FINGERPRINT = '4175d6ef'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (
