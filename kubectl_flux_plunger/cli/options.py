@@ -171,22 +171,6 @@ def check_selector(ctx: click.Context, param: click.Parameter, value: str | None
         raise click.UsageError(str(exc), ctx) from None
 
 
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
-
-
-def lease_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot name a Lease (a DNS subdomain), or None."""
-    if not name:
-        return "must not be empty"
-    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
-        return (
-            "a Lease name must be a DNS subdomain: lower-case alphanumerics, '-' and '.', "
-            "starting and ending with an alphanumeric, at most 253 characters"
-        )
-    return None
-
-
 # -- the shared flags, as decorators ------------------------------------------------------
 
 OUTPUTS = click.Choice(["table", "wide", "json", "yaml", "name"])
@@ -267,6 +251,8 @@ def lease_name_option(f: F) -> F:
 def _check_lease_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     if value is None or ctx.resilient_parsing:
         return value
+    from ..core.objects import lease_name_problem
+
     problem = lease_name_problem(value)
     if problem:
         raise click.UsageError(f"--lease-name {value!r}: {problem}", ctx)

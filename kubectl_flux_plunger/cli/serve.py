@@ -1,12 +1,8 @@
 """``serve``: the flags, parsed into one ``ServeConfig`` (:mod:`kubectl_flux_plunger.serve.options`,
-which refuses what cannot work), the start-up checks that need the environment, the API
-clients, and the hand-off to :mod:`kubectl_flux_plunger.serve.run`."""
+which refuses what cannot work), handed to serve's start-up
+(:func:`kubectl_flux_plunger.serve.startup.start`), whose refusals are one ``error:`` line."""
 
 from __future__ import annotations
-
-import dataclasses
-import os
-from typing import TYPE_CHECKING, NoReturn
 
 import click
 
@@ -16,90 +12,9 @@ from .options import (
     concurrency_option,
     connection_options,
     duration_option,
-    lease_name_problem,
     overrides,
 )
-from .session import Exit, Target, fail
-
-if TYPE_CHECKING:
-    from ..serve.options import ServeConfig
-
-
-def _lease_namespace(kubeconfig: str | None, kube_context: str | None) -> str | None:
-    """The in-cluster namespace, else the kubeconfig context's namespace, else None."""
-    from ..kube import ConfigError, context_namespace, in_cluster_namespace
-
-    try:
-        return in_cluster_namespace() or context_namespace(kubeconfig, kube_context)
-    except ConfigError:
-        return None
-
-
-def _environment(cfg: ServeConfig, target: Target, lease_namespace: str | None) -> ServeConfig:
-    """What the flags alone cannot tell, checked after them: the kubeconfig exists, the
-    Lease's name and namespace (``lease_namespace`` as given, else resolved), the metrics
-    need prometheus-client.  Returns ``cfg`` with its Lease namespace."""
-    kubeconfig = target.kubeconfig
-    if kubeconfig and not os.path.exists(kubeconfig):
-        fail(f"stat {kubeconfig}: no such file or directory")
-    if cfg.leader_elect:
-        problem = lease_name_problem(cfg.lease_name)
-        if problem:
-            fail(f"--leader-election-id {cfg.lease_name!r}: {problem}", Exit.USAGE)
-        if lease_namespace is not None and not lease_namespace.strip():
-            fail("--leader-election-namespace must not be empty", Exit.USAGE)
-        lease_ns = lease_namespace or _lease_namespace(kubeconfig, target.kube_context)
-        if not lease_ns:
-            fail(
-                "cannot tell the namespace of the leader-election Lease: not running in a "
-                "cluster and the kubeconfig context sets no namespace; pass "
-                "--leader-election-namespace NS (or --no-leader-elect)",
-                Exit.USAGE,
-            )
-        cfg = dataclasses.replace(cfg, lease_namespace=lease_ns)
-    if cfg.metrics_addr is not None:
-        try:
-            import prometheus_client  # noqa: F401 - the optional "serve" extra
-        except ImportError:
-            fail(
-                "--metrics-bind-address needs prometheus-client: install "
-                "kubectl-flux-plunger[serve], or pass --metrics-bind-address 0"
-            )
-    return cfg
-
-
-def _start(cfg: ServeConfig, target: Target, *, lease_namespace: str | None) -> NoReturn:
-    """Check what needs the environment, build the API clients and run the controller;
-    exits with its status."""
-    cfg = _environment(cfg, target, lease_namespace)
-
-    from ..kube import ConfigError, Kube, KubeError
-    from ..serve import logs
-    from ..serve.health import BindError
-    from ..serve.run import DEFAULT_REQUEST_TIMEOUT, run
-
-    logs.setup(cfg.log_format, cfg.log_level.lower())
-    kubeconfig, context = target.kubeconfig, target.kube_context
-    try:
-        timeout = cfg.request_timeout or DEFAULT_REQUEST_TIMEOUT
-        conn = overrides()
-        kube = Kube.from_kubeconfig(kubeconfig, context, conn, request_timeout=timeout)
-        # the Lease gets its own client: a renewal must never wait behind a slow request
-        lease_timeout = max(1.0, min(cfg.retry_period, timeout))
-        lease_kube = (
-            Kube.from_kubeconfig(kubeconfig, context, conn, request_timeout=lease_timeout)
-            if cfg.leader_elect
-            else None
-        )
-    except ConfigError as exc:
-        fail(str(exc))
-    try:
-        code = run(kube, cfg, lease_kube=lease_kube)
-    except BindError as exc:
-        fail(str(exc))
-    except KubeError as exc:
-        fail(str(exc))
-    raise SystemExit(code)
+from .session import Exit, fail
 
 
 @click.command("serve", cls=Command, context_settings={"show_default": True})
@@ -284,6 +199,7 @@ def serve(
             request_timeout=request_timeout,
             workers=workers,
             leader_elect=leader_elect,
+            lease_namespace=leader_election_namespace,
             lease_name=leader_election_id,
             lease_duration=lease_duration,
             renew_deadline=renew_deadline,
@@ -306,5 +222,10 @@ def serve(
         )
     except Invalid as exc:
         fail(str(exc), Exit.USAGE)
-    target = Target(kubeconfig, kube_context, request_timeout)
-    _start(cfg, target, lease_namespace=leader_election_namespace)
+    from ..serve.startup import Refused, start
+
+    try:
+        code = start(cfg, kubeconfig=kubeconfig, context=kube_context, overrides=overrides)
+    except Refused as exc:
+        fail(str(exc), Exit(exc.code))
+    raise SystemExit(code)

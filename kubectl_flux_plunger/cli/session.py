@@ -100,23 +100,17 @@ class Session:
 def connect(
     kubeconfig: str | None, kube_context: str | None, request_timeout: float | None, **kwargs: Any
 ) -> Any:
-    """A :class:`~kubectl_flux_plunger.kube.Kube` for the command line's connection flags;
-    configuration problems are one ``error:`` line."""
-    from ..kube import ConfigError, Kube
+    """A :class:`~kubectl_flux_plunger.kube.Kube` for the command line's connection flags
+    (:func:`kubectl_flux_plunger.kube.connect.connect`); configuration problems are one
+    ``error:`` line."""
+    from ..kube.connect import ConnectError
+    from ..kube.connect import connect as connect_cluster
 
-    if kubeconfig and not os.path.exists(kubeconfig):
-        fail(f"stat {kubeconfig}: no such file or directory")
-    o = overrides()
-    if o.certificate_authority and not os.path.isfile(o.certificate_authority):
-        fail(
-            f"unable to read certificate-authority {o.certificate_authority}: "
-            "no such file or directory"
-        )
     try:
-        return Kube.from_kubeconfig(
-            kubeconfig, kube_context, o, request_timeout=request_timeout or None, **kwargs
+        return connect_cluster(
+            kubeconfig, kube_context, overrides, request_timeout=request_timeout or None, **kwargs
         )
-    except ConfigError as exc:
+    except ConnectError as exc:
         fail(str(exc))
 
 

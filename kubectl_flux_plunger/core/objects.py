@@ -3,6 +3,7 @@ apiserver returns.  Nothing here checks a shape; readers still treat every field
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeAlias
 
 Obj: TypeAlias = dict[str, Any]
@@ -26,3 +27,19 @@ def compare_resource_versions(a: str, b: str) -> int | None:
 
 def _well_formed(rv: object) -> bool:
     return isinstance(rv, str) and rv.isascii() and rv.isdecimal() and rv[0] != "0"
+
+
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = re.compile(rf"{_DNS_LABEL}(\.{_DNS_LABEL})*")
+
+
+def lease_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a Lease (a DNS subdomain), or None."""
+    if not name:
+        return "must not be empty"
+    if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        return (
+            "a Lease name must be a DNS subdomain: lower-case alphanumerics, '-' and '.', "
+            "starting and ending with an alphanumeric, at most 253 characters"
+        )
+    return None

@@ -32,6 +32,7 @@ from .config import (
     default_namespace,
     in_cluster_namespace,
     kubeconfig_paths,
+    namespace_default,
 )
 from .errors import (
     GENERIC_422,
@@ -99,4 +100,5 @@ __all__ = [
     "kubeconfig_contexts",
     "kubeconfig_paths",
     "lease_path",
+    "namespace_default",
 ]

@@ -4,7 +4,9 @@ in-cluster configuration), kubectl's override flags, and the default namespace."
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, overload
 
 from .errors import ConfigError
 from .official import ClientConfiguration, _client_modules
@@ -59,25 +61,65 @@ def _no_configuration(paths: list[str]) -> ConfigError:
     )
 
 
+@dataclass(frozen=True)
+class Kubeconfig:
+    """The kubeconfig files kubectl would read (:func:`kubeconfig_paths`), read and merged
+    once: every client and the context's namespace are made from this, without reading the
+    files again.  ``merged`` is the client's merged configuration, None when no file exists
+    or the files cannot be read (``error`` then says why, as the client's ConfigError)."""
+
+    flag: str | None  # --kubeconfig as given
+    paths: tuple[str, ...]
+    existing: tuple[str, ...]
+    merged: Any = None
+    error: ConfigError | None = None
+
+    def read(self) -> Any:
+        """The merged configuration; raises why the files could not be read."""
+        if self.error is not None:
+            raise self.error
+        return self.merged
+
+
+def parse_kubeconfig(kubeconfig: str | None) -> Kubeconfig:
+    """Read and merge the kubeconfig files that exist (the only place they are read)."""
+    import os
+
+    _client_modules()
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.kube_config import KubeConfigMerger
+
+    paths = tuple(kubeconfig_paths(kubeconfig))
+    existing = tuple(p for p in paths if os.path.exists(p))
+    if not existing:
+        return Kubeconfig(kubeconfig, paths, existing)
+    try:
+        merged = KubeConfigMerger(os.pathsep.join(existing)).config
+        if merged is None:  # as the client's own loader says it
+            raise ConfigException("Invalid kube-config file. No configuration found.")
+    except Exception as exc:  # noqa: BLE001 - kept, and raised as one line by its reader
+        return Kubeconfig(kubeconfig, paths, existing, error=_config_error(exc))
+    return Kubeconfig(kubeconfig, paths, existing, merged)
+
+
 def _load_client_configuration(
-    kubeconfig: str | None, context: str | None, overrides: Overrides | None = None
+    kubeconfig: str | Kubeconfig | None, context: str | None, overrides: Overrides | None = None
 ) -> ClientConfiguration:
     """A ``kubernetes.client.Configuration`` from kubeconfig (or in-cluster), with
-    kubectl's override flags applied."""
+    kubectl's override flags applied.  ``kubeconfig``: the flag, or the files it names
+    already read (:func:`parse_kubeconfig`)."""
     import os
 
     configuration, config, _ = _client_modules()
-    from kubernetes.config.config_exception import ConfigException
     from kubernetes.config.kube_config import _get_kube_config_loader
 
+    files = kubeconfig if isinstance(kubeconfig, Kubeconfig) else parse_kubeconfig(kubeconfig)
     o = overrides or Overrides()
     cfg: ClientConfiguration = configuration.Configuration()
-    paths = kubeconfig_paths(kubeconfig)
-    existing = [p for p in paths if os.path.exists(p)]
     try:
-        if existing:
+        if files.existing:
             loader = _get_kube_config_loader(
-                filename=os.pathsep.join(existing), active_context=context, persist_config=False
+                config_dict=files.read(), active_context=context, persist_config=False
             )
             if o.user is not None:
                 users = loader._config["users"] if loader._config.safe_get("users") else None
@@ -97,31 +139,47 @@ def _load_client_configuration(
         elif o.server:
             cfg.host = o.server  # like kubectl: --server alone, no kubeconfig at all
         elif context or o.user or o.cluster:
-            raise _no_configuration(paths)
+            raise _no_configuration(list(files.paths))
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
             config.load_incluster_config(client_configuration=cfg)
         else:
-            raise _no_configuration(paths)
+            raise _no_configuration(list(files.paths))
     except ConfigError:
         raise
-    except ConfigException as exc:
+    except Exception as exc:  # noqa: BLE001 - one line, no traceback (_config_error)
+        raise _config_error(exc) from None
+    _apply_overrides(cfg, o)
+    return cfg
+
+
+def _config_error(exc: Exception) -> ConfigError:
+    """What went wrong reading the configuration, as one line."""
+    from kubernetes.config.config_exception import ConfigException
+
+    if isinstance(exc, ConfigError):
+        return exc
+    if isinstance(exc, ConfigException):
         text = " ".join(str(exc).split())
         # the client names the list after the file it read: "... in /path/config/contexts list"
         m = re.search(r"Expected object with name (\S+) in (?:.*/)?contexts list", text)
         if m:
-            raise ConfigError(f'context "{m.group(1)}" does not exist') from None
-        raise ConfigError(text) from None
-    except FileNotFoundError as exc:
+            return ConfigError(f'context "{m.group(1)}" does not exist')
+        return ConfigError(text)
+    if isinstance(exc, FileNotFoundError):
         if exc.filename is None:  # e.g. no writable temporary directory for certificate data
-            raise ConfigError(" ".join(str(exc).split())) from None
-        raise ConfigError(f"kubeconfig not found: {exc.filename}") from None
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            return ConfigError(" ".join(str(exc).split()))
+        return ConfigError(f"kubeconfig not found: {exc.filename}")
+    if isinstance(exc, (ValueError, TypeError, KeyError, AttributeError)):
         # malformed YAML / missing keys surface as these from the loader
-        raise ConfigError(
+        return ConfigError(
             f"invalid kubeconfig: {' '.join(str(exc).split()) or type(exc).__name__}"
-        ) from None
-    except Exception as exc:  # noqa: BLE001 - yaml errors and others: one line, no traceback
-        raise ConfigError(f"invalid kubeconfig: {' '.join(str(exc).split())[:300]}") from None
+        )
+    # yaml errors and others
+    return ConfigError(f"invalid kubeconfig: {' '.join(str(exc).split())[:300]}")
+
+
+def _apply_overrides(cfg: ClientConfiguration, o: Overrides) -> None:
+    """kubectl's connection flags over what the configuration says."""
     if o.server:
         cfg.host = o.server.rstrip("/")
     if o.token is not None:
@@ -138,18 +196,29 @@ def _load_client_configuration(
         cfg.tls_server_name = o.tls_server_name
     if o.insecure_skip_tls_verify:
         cfg.verify_ssl = False
-    return cfg
 
 
 IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
-def context_namespace(kubeconfig: str | None, context: str | None) -> str | None:
+def context_namespace(kubeconfig: str | Kubeconfig | None, context: str | None) -> str | None:
     """The namespace of the kubeconfig context in use; None when there is none (or no
-    kubeconfig).  An unknown ``context`` is a :class:`ConfigError`."""
-    _, config, _ = _client_modules()
+    kubeconfig).  An unknown ``context`` is a :class:`ConfigError`.  ``kubeconfig``: the
+    flag, or the files it names already read (:func:`parse_kubeconfig`)."""
+    import os
+
+    files = kubeconfig if isinstance(kubeconfig, Kubeconfig) else parse_kubeconfig(kubeconfig)
+    if files.merged is None or (not files.flag and os.environ.get("KUBECONFIG") == ""):
+        # no usable kubeconfig: no namespace from it.  An empty KUBECONFIG names no file
+        # here, as the client's list_kube_config_contexts has always read it (the clients
+        # read ~/.kube/config then, as kubectl does): kept, the reshaping changes nothing
+        return None
+    from kubernetes.config.kube_config import _get_kube_config_loader
+
     try:
-        contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+        # as list_kube_config_contexts reads them: the current context must resolve
+        loader = _get_kube_config_loader(config_dict=files.merged)
+        contexts, active = loader.list_contexts(), loader.current_context
     except Exception:  # noqa: BLE001 - no usable kubeconfig: no namespace from it
         return None
     chosen = active
@@ -169,6 +238,47 @@ def in_cluster_namespace() -> str | None:
         return None
 
 
-def default_namespace(kubeconfig: str | None, context: str | None) -> str:
+@overload
+def namespace_default(
+    kubeconfig_namespace: Callable[[], str | None] | None, *, pod_first: bool, fallback: str
+) -> str: ...
+
+
+@overload
+def namespace_default(
+    kubeconfig_namespace: Callable[[], str | None] | None, *, pod_first: bool, fallback: None
+) -> str | None: ...
+
+
+def namespace_default(
+    kubeconfig_namespace: Callable[[], str | None] | None,
+    *,
+    pod_first: bool,
+    fallback: str | None,
+) -> str | None:
+    """The one rule for a namespace no flag names: the pod's own namespace
+    (:func:`in_cluster_namespace`) and the kubeconfig context's (``kubeconfig_namespace``,
+    called only when reached; None: not consulted), in the order asked, else ``fallback``.
+
+    * kubectl's default namespace, the releases' (:func:`default_namespace`): the context's,
+      then the pod's, then ``default``;
+    * the Lease of flux-plunger's controller: the pod's first (the controller's own
+      namespace); then ``serve`` outside a pod takes the context's and refuses to guess
+      beyond it (fallback None), while the one-shot verbs consult no kubeconfig and fall
+      back to the namespace the shipped manifests install into
+      (``controller_lease.default_lease_namespace``)."""
+    sources = [in_cluster_namespace]
+    if kubeconfig_namespace is not None:
+        sources.insert(1 if pod_first else 0, kubeconfig_namespace)
+    for source in sources:
+        found = source()
+        if found:
+            return found
+    return fallback
+
+
+def default_namespace(kubeconfig: str | Kubeconfig | None, context: str | None) -> str:
     """kubectl's default: the context's namespace, else the pod's, else ``default``."""
-    return context_namespace(kubeconfig, context) or in_cluster_namespace() or "default"
+    return namespace_default(
+        lambda: context_namespace(kubeconfig, context), pod_first=False, fallback="default"
+    )

@@ -20,7 +20,7 @@ from ..core.detect import parse_timestamp
 from ..core.objects import Obj
 from ..core.selector import SelectorError
 from ..core.selector import parse as parse_selector
-from . import Kube, KubeError, Unreachable, in_cluster_namespace
+from . import Kube, KubeError, Unreachable, namespace_default
 
 # The namespace the shipped manifests (chart and kustomize) install the controller into.
 DEFAULT_CONTROLLER_NAMESPACE = "flux-plunger"
@@ -28,7 +28,7 @@ DEFAULT_CONTROLLER_NAMESPACE = "flux-plunger"
 
 def default_lease_namespace() -> str:
     """As the controller resolves it when it runs in a pod; else the shipped namespace."""
-    return in_cluster_namespace() or DEFAULT_CONTROLLER_NAMESPACE
+    return namespace_default(None, pod_first=True, fallback=DEFAULT_CONTROLLER_NAMESPACE)
 
 
 @dataclass(frozen=True)

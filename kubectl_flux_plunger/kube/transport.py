@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import urlencode
 
 from ..core.objects import Obj
-from .config import Overrides, _load_client_configuration
+from .config import Kubeconfig, Overrides, _load_client_configuration
 from .errors import (
     ConfigError,
     KubeError,
@@ -129,7 +129,7 @@ class Transport:
     @classmethod
     def from_kubeconfig(
         cls,
-        kubeconfig: str | None = None,
+        kubeconfig: str | Kubeconfig | None = None,
         context: str | None = None,
         overrides: Overrides | None = None,
         **kwargs: Unpack[KubeOptions],

@@ -11,5 +11,9 @@
 * :mod:`.logs`   — text or JSON log lines;
 * :mod:`.options` — ``ServeConfig``, every setting as one object that checks itself, and the
   parts the pieces above take (``LeaseConfig``, ``DrainOptions``);
-* :mod:`.run`    — the wiring and the shutdown sequence.
+* :mod:`.startup` — the start-up, top to bottom: the checks that need the environment, the
+  Lease's namespace, the API clients (one reading of the kubeconfig), running the controller;
+* :mod:`.controller` — ``Controller``: the wiring and the shutdown sequence;
+* :mod:`.startup_hints` — the releases helm-controller has just reported stuck, queued ahead of
+  the sync.
 """

@@ -9,7 +9,7 @@ the usage error).  The parts the pieces of the controller need are small frozen 
 from it: :class:`LeaseConfig` (``leader.LeaderElector``), :class:`DrainOptions`
 (``drain.Drainer``) and :class:`~kubectl_flux_plunger.core.scope.Scope` (``watch.Watcher``).
 
-What needs the environment stays with the command line (``cli/serve.py``): that the
+What needs the environment is checked by serve's start-up (:mod:`.startup`): that the
 kubeconfig exists, the Lease's name and namespace (resolved in-cluster or from the
 kubeconfig), prometheus-client being installed.
 """
@@ -91,7 +91,7 @@ class ServeConfig:
     selector: str | None = None
     workers: int = 2
     leader_elect: bool = True
-    lease_namespace: str | None = None
+    lease_namespace: str | None = None  # as given; the start-up resolves it (startup.py)
     lease_name: str = C.LEASE_NAME
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
@@ -110,7 +110,7 @@ class ServeConfig:
     backup: Backup | None = None  # given: used as it is, whatever backup_namespace says
     events_addr: str | None = None  # --events-addr: Flux notifications
     termination_grace_period: float | None = None  # the pod's: the shutdown must fit in it
-    request_timeout: float | None = None  # None: run.DEFAULT_REQUEST_TIMEOUT
+    request_timeout: float | None = None  # None: startup.DEFAULT_REQUEST_TIMEOUT
     backup_namespace: str | None = None  # --backup-secret-namespace
     backup_retention: float = 168 * 3600.0
     log_format: str = "text"

@@ -143,7 +143,7 @@ def test_the_initial_watch_list_recovers_a_stuck_release_before_its_bookmark(
     refused, serve syncs with the paged LIST instead and recovers the release from it."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kubectl_flux_plunger.serve.run import Controller, ServeConfig
+    from kubectl_flux_plunger.serve.controller import Controller, ServeConfig
 
     names = [f"a-{i:03d}" for i in range(300)] + [f"z-{i:03d}" for i in range(100)]
     with ThreadPoolExecutor(8) as pool:

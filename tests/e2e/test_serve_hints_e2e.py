@@ -197,7 +197,7 @@ def test_a_release_helm_controller_reported_stuck_is_recovered_before_the_sync_r
     recovery) and its stream carries the recovery's own writes: neither starts a pass.
     From the audit log: the recovery's DELETE arrived before the sync went on, and every
     request serve sent about the release is the hints' LIST and the one pass."""
-    from kubectl_flux_plunger.serve.run import Controller, ServeConfig
+    from kubectl_flux_plunger.serve.controller import Controller, ServeConfig
 
     plane, cluster, ns = big.plane, big.cluster, big.ns
     name = "zz-stuck"

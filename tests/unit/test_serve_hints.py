@@ -11,7 +11,7 @@ import pytest
 from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.kube import KubeError, kube_error
 from kubectl_flux_plunger.core.selector import parse
-from kubectl_flux_plunger.serve.hints import (FIELD_SELECTOR, RECENT_SECONDS, StartupHints,
+from kubectl_flux_plunger.serve.startup_hints import (FIELD_SELECTOR, RECENT_SECONDS, StartupHints,
                                               last_seen, reported)
 from kubectl_flux_plunger.serve.queue import WorkQueue
 

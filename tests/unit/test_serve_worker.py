@@ -8,7 +8,7 @@ import pytest
 
 from kubectl_flux_plunger.executor import Outcome, Result
 from kubectl_flux_plunger.core.plan import Row
-from kubectl_flux_plunger.serve.run import Controller, ServeConfig
+from kubectl_flux_plunger.serve.controller import Controller, ServeConfig
 
 pytestmark = pytest.mark.unit
 

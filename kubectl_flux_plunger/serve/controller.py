@@ -1,5 +1,6 @@
-"""Wiring of ``serve``: watch → queue → workers (leader only) → executor, plus leader
-election, health/metrics endpoints and the shutdown sequence.
+""":class:`Controller`, the running ``serve``: watch → queue → workers (leader only) →
+executor, plus leader election, health/metrics endpoints and the shutdown sequence
+(:mod:`.startup` builds it and runs it).
 
 Shutdown on SIGTERM/SIGINT:
 1. stop taking new work: the queue stops handing out keys and the work executor's
@@ -19,7 +20,6 @@ import dataclasses
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 from types import FrameType
@@ -35,18 +35,17 @@ from ..report.events import Recorder
 from ..report.notify import Notifier
 from .drain import Drainer
 from .health import Endpoints, prometheus_renderer
-from .hints import StartupHints
 from .leader import LeaderElector, identity
 from .logs import fields
 from .metrics import Metrics
 from .options import ServeConfig
 from .overlap import OverlapCheck
 from .queue import Backoff, WorkQueue
+from .startup_hints import StartupHints
 from .watch import Watcher
 
 log = logging.getLogger("kubectl_flux_plunger.serve")
 
-DEFAULT_REQUEST_TIMEOUT = 30.0
 # outcomes logged at DEBUG: nothing to do, or the release is gone
 _QUIET = (Result.UNCHANGED, Result.GONE)
 # after lifting what an interrupted run left on a live release, decide again at once (as
@@ -73,7 +72,7 @@ class Controller:
         )
         selector = parse_selector(cfg.selector) if cfg.selector else None
         # releases helm-controller has just reported stuck, queued ahead of the sync once
-        # this process leads (hints.py)
+        # this process leads (startup_hints.py)
         self.hints = StartupHints(kube, self.queue, namespace=cfg.namespace, selector=selector)
         self.lease_kube = lease_kube
         self.elector: LeaderElector | None = None
@@ -379,14 +378,3 @@ class Controller:
         if self.elector is not None:
             self.elector.stop_renewing()
         self.endpoints.stop()
-
-
-def run(kube: Kube, cfg: ServeConfig, *, lease_kube: Kube | None = None) -> int:
-    controller = Controller(kube, cfg, lease_kube=lease_kube)
-    signal.signal(signal.SIGTERM, controller.handle_signal)
-    signal.signal(signal.SIGINT, controller.handle_signal)
-    controller.start()
-    controller.wait()
-    code = controller.shutdown()
-    sys.stderr.flush()
-    return code

@@ -45,7 +45,8 @@ from ..core.selector import Selector
 from ..kube import KubeError
 from .logs import fields
 
-log = logging.getLogger(__name__)
+# the logger keeps the name it has always had (the JSON lines carry it): the module was hints.py
+log = logging.getLogger("kubectl_flux_plunger.serve.hints")
 
 FIELD_SELECTOR = f"involvedObject.kind={C.HR_KIND},type=Warning"
 # how old a report may be and still be taken as one of a release helm-controller is retrying:
