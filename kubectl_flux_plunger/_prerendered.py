@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'e026e9b4'
+FINGERPRINT = '0ac48fbb'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from .errors import Exit, api_errors, fail
 from .examples import Command
+from .notifier import notifier
 from .options import (
     concurrency_option,
     connection_options,
@@ -19,16 +21,8 @@ from .options import (
     result_output_option,
     selection_options,
 )
-from .session import (
-    Exit,
-    Session,
-    Target,
-    api_errors,
-    controller_check,
-    fail,
-    notifier,
-    pass_target,
-)
+from .session import Session, controller_check
+from .target import Target, pass_target
 
 if TYPE_CHECKING:
     from ..verbs.fence_sweep import SweepOptions

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from .errors import Exit, api_errors, fail
 from .examples import Command
 from .options import (
     connection_options,
@@ -16,7 +17,8 @@ from .options import (
     namespace_option,
     result_output_option,
 )
-from .session import Exit, Session, Target, api_errors, controller_check, fail
+from .session import Session, controller_check
+from .target import Target
 
 
 @click.command("restore", cls=Command)

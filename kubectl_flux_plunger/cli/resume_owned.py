@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from .errors import api_errors
 from .examples import Command
 from .options import (
     connection_options,
@@ -15,8 +16,8 @@ from .options import (
     result_output_option,
     selection_options,
 )
-from .session import Target, api_errors, pass_target
 from .table import TableFlags, run_table
+from .target import Target, pass_target
 
 
 @click.command("resume-owned", cls=Command)

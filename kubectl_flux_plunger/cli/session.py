@@ -1,7 +1,6 @@
 """What a verb runs in: the connected client and the resolved selection (``Session``), the
-flags that name them packed into one value (``Target``), the running-controller check and
-the notifier of the writing verbs, and how a verb ends (``Exit``, ``fail``, API failures as
-one ``error:`` line).
+client for the command line's connection flags (``connect``), and the running-controller
+check of the writing verbs (``controller_check``).
 
 The Kubernetes client and the verbs are imported inside the functions: ``--help`` loads
 none of them.
@@ -9,62 +8,17 @@ none of them.
 
 from __future__ import annotations
 
-import enum
-import functools
 import os
-import sys
-from collections.abc import Callable
-from typing import Any, NamedTuple, NoReturn, TypeVar, cast
+from typing import Any
 
 import click
 
+from .errors import Exit, fail
 from .options import overrides
+from .target import Target
 
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class Exit(enum.IntEnum):
-    OK = 0
-    FAILURE = 1
-    USAGE = 2
-    INTERRUPTED = 130
-
-
-def prog_name() -> str:
-    base = os.path.basename(sys.argv[0] or "")
-    if base.startswith("flux-"):
-        return "flux plunger"
-    return "kubectl flux-plunger"
-
-
-def fail(message: str, code: Exit = Exit.FAILURE) -> NoReturn:
-    click.echo(f"error: {message}", err=True)
-    raise SystemExit(int(code))
-
-
-class Target(NamedTuple):
-    """The connection and selection flags of a verb (``connection_options`` and
-    ``selection_options``), as one value."""
-
-    kubeconfig: str | None
-    kube_context: str | None
-    request_timeout: float | None
-    namespace: str | None = None
-    all_namespaces: bool = False
-    selector: str | None = None
-    names: tuple[str, ...] = ()
-
-
-def pass_target(fn: F) -> F:
-    """Hand the command its connection and selection flags as one ``Target`` (the first
-    argument) instead of seven."""
-
-    @functools.wraps(fn)
-    def wrapper(**kwargs: Any) -> Any:
-        target = Target(**{field: kwargs.pop(field) for field in Target._fields})
-        return fn(target, **kwargs)
-
-    return cast(F, wrapper)  # functools.wraps keeps the signature mypy cannot see kept
+# cli/serve.py takes these from here
+__all__ = ["Exit", "Session", "Target", "connect", "controller_check", "fail"]
 
 
 class Session:
@@ -129,24 +83,6 @@ def _default_namespace(kubeconfig: str | None, kube_context: str | None) -> str:
         fail(str(exc))
 
 
-def api_errors(fn: F) -> F:
-    """Turn API failures into one ``error:`` line and exit 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from ..kube import KubeError
-        from ..verbs.select import SelectionError
-
-        try:
-            return fn(*args, **kwargs)
-        except KubeError as exc:
-            fail(str(exc) if exc.status == 0 else f"{exc.reason}: {exc}")
-        except SelectionError as exc:
-            fail(str(exc))
-
-    return cast(F, wrapper)  # functools.wraps keeps the signature mypy cannot see kept
-
-
 def controller_check(
     kube: Any,
     lease_namespace: str | None,
@@ -201,15 +137,3 @@ def controller_check(
         return None if by is None else Covered(by.name, by.deferral(now))
 
     return check
-
-
-def notifier(events_addr: str | None, dry_run: str) -> Any:
-    """The Notifier of a one-shot verb (None: off, or a dry run), flushed with a short
-    bounded wait when the command ends."""
-    if not events_addr or dry_run != "none":
-        return None
-    from ..report.notify import Notifier
-
-    made = Notifier(events_addr)
-    click.get_current_context().call_on_close(made.close)
-    return made

@@ -7,9 +7,11 @@ from typing import Any
 
 import click
 
+from .errors import Exit, api_errors
 from .examples import Command
 from .options import connection_options, lease_name_option, output_option, selection_options
-from .session import Exit, Session, Target, api_errors, pass_target
+from .session import Session
+from .target import Target, pass_target
 
 
 @click.command("status", cls=Command)

@@ -10,7 +10,11 @@ from typing import Any, NoReturn
 
 import click
 
-from .session import Exit, Session, Target, controller_check, notifier, prog_name
+from .argv import prog_name
+from .errors import Exit
+from .notifier import notifier
+from .session import Session, controller_check
+from .target import Target
 
 
 @dataclass(frozen=True)
