@@ -1,6 +1,6 @@
 """How a command ends and what it says on stderr besides its results: the exit codes
 (``Exit``), one ``error:`` line and exit (``fail``), one ``warning:`` line (``warn``), and
-API failures as such lines (``api_errors``)."""
+API failures or a verb's unusable flag as such lines (``api_errors``)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,8 @@ def warn(message: str) -> None:
 
 
 def api_errors(fn: F) -> F:
-    """Turn API failures into one ``error:`` line and exit 1."""
+    """Turn API failures into one ``error:`` line and exit 1, and a lease flag the
+    running-controller check cannot use into a usage error."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -44,5 +45,12 @@ def api_errors(fn: F) -> F:
             fail(str(exc) if exc.status == 0 else f"{exc.reason}: {exc}")
         except SelectionError as exc:
             fail(str(exc))
+        except ValueError as exc:
+            # imported only then: the check's module loads the executor
+            from ..verbs.controller_check import BadFlag
+
+            if not isinstance(exc, BadFlag):
+                raise
+            raise click.UsageError(str(exc)) from None
 
     return cast(F, wrapper)  # functools.wraps keeps the signature mypy cannot see kept

@@ -1,6 +1,5 @@
-"""What a verb runs in: the connected client and the resolved selection (``Session``), the
-client for the command line's connection flags (``connect``), and the running-controller
-check of the writing verbs (``controller_check``).
+"""What a verb runs in: the connected client and the resolved selection (``Session``), and
+the client for the command line's connection flags (``connect``).
 
 The Kubernetes client and the verbs are imported inside the functions: ``--help`` loads
 none of them.
@@ -18,7 +17,7 @@ from .options import overrides
 from .target import Target
 
 # cli/serve.py takes these from here
-__all__ = ["Exit", "Session", "Target", "connect", "controller_check", "fail"]
+__all__ = ["Exit", "Session", "Target", "connect", "fail"]
 
 
 class Session:
@@ -81,59 +80,3 @@ def _default_namespace(kubeconfig: str | None, kube_context: str | None) -> str:
         return default_namespace(kubeconfig, kube_context)
     except ConfigError as exc:
         fail(str(exc))
-
-
-def controller_check(
-    kube: Any,
-    lease_namespace: str | None,
-    force: bool,
-    lease_name: str | None = None,
-    *,
-    stopped: tuple[tuple[str, str], ...] = (),
-    namespaces: tuple[str | None, ...] = (),
-) -> Any:
-    """The running-controller check of the verbs that write (SPEC §2), read once, before
-    the reads that decide: every flux-plunger Lease of the cluster with one LIST.  Returns
-    the per-release check for ``Options.covered`` — the running controller that covers a
-    release, as a ``Covered`` — or None with ``--force`` (nothing is read then).
-
-    ``--lease-name`` only adds a Lease to count as flux-plunger's; it never narrows the
-    check.  ``stopped``: Leases (namespace, name) of a controller this command has just
-    stopped (``release-fence --stop-deployment``), not counted.  A refused cluster-wide
-    LIST falls back to ``--lease-namespace`` and ``namespaces`` (the releases' own) with
-    one warning line; when no Lease can be read at all the verb refuses (one ``error:``
-    line, exit 1, nothing written): it cannot tell a controller's recovery in flight from
-    a crash leftover."""
-    import datetime as dt
-
-    from ..executor import Covered
-    from ..kube import controller_lease
-
-    if lease_namespace is not None and not lease_namespace.strip():
-        raise click.UsageError("--lease-namespace must not be empty")
-    if force:
-        return None
-    ns = lease_namespace or controller_lease.default_lease_namespace()
-    names = (lease_name,) if lease_name else ()
-    also = tuple(n for n in namespaces if n)
-    found = controller_lease.survey(kube, ns, names=names, also=also)
-    if found.blind():
-        fail(
-            f"cannot read any flux-plunger controller's Lease ({found.list_error}), so a "
-            "running controller's recovery in flight cannot be told from a crash leftover; "
-            "no HelmRelease was written. Grant list on leases cluster-wide (docs/INSTALL.md, "
-            '"What the one-shot verbs need"), or stop every flux-plunger controller and '
-            "pass --force"
-        )
-    if found.warning():
-        click.echo(f"warning: {found.warning()}", err=True)
-    found = found.without(stopped)
-    if not found.live():
-        return None
-    now = dt.datetime.now(dt.timezone.utc)
-
-    def check(hr: Any) -> Any:
-        by = found.covering(hr)
-        return None if by is None else Covered(by.name, by.deferral(now))
-
-    return check
