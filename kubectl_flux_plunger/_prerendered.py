@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '4f4c6006'
+FINGERPRINT = 'efde5538'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

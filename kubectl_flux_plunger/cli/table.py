@@ -6,7 +6,7 @@ verb's options, streams the result lines and renders the end."""
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -16,13 +16,15 @@ from .notifier import notifier
 from .session import Session
 from .target import Target
 
+if TYPE_CHECKING:
+    from ..verbs.recover import Once
+
 
 def run_table(
-    verb_name: str, target: Target, once: Any, output: str, events_addr: str | None
+    verb_name: str, target: Target, once: Once, output: str, events_addr: str | None
 ) -> NoReturn:
-    """Run the verb (``once``: its options, a :class:`~kubectl_flux_plunger.verbs.recover.Once`)
-    over the selection and render the outcomes: the body of ``recover`` and
-    ``resume-owned``, streamed as each release finishes."""
+    """Run the verb (``once``: its options) over the selection and render the outcomes:
+    the body of ``recover`` and ``resume-owned``, streamed as each release finishes."""
     from ..core.plan import Row
     from ..executor import Result
     from ..verbs import recover as verb
