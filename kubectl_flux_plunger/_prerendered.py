@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '2834e565'
+FINGERPRINT = '443db1ad'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

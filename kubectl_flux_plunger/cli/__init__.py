@@ -1,9 +1,12 @@
 """The click layer: parses flags, builds the context, renders results.  No decisions here.
 
 One module per verb (``status``, ``recover``, ``resume_owned``, ``release_fence``,
-``restore``, ``version``, ``serve``), each holding its click command; the flags they share
-are decorators in ``options``, the session and the exit policy in ``session``, the body of
-the verbs that run the decision table in ``table``.  Here: the group and ``main``.
+``restore``, ``version``, ``serve``), each holding its click command, which builds the verb's
+options, calls the verb and renders what it returns; the flags they share are decorators in
+``options`` and one value in ``target``, the connected client in ``session``, the exit codes,
+``error:`` and ``warning:`` lines in ``errors``, the ``--events-addr`` notifier in
+``notifier``, the rendering of the verbs that run the decision table in ``table``.  Here:
+the group and ``main``.
 
 Heavy modules (the Kubernetes client, the executor) are imported inside the commands so
 ``--help`` and ``version --client`` start instantly.
@@ -19,9 +22,10 @@ import click
 
 from .. import __version__
 from . import recover, release_fence, restore, resume_owned, status, version
+from .argv import prog_name
+from .errors import Exit, fail
 from .examples import Group
 from .options import DURATION, Duration, parse_duration
-from .session import Exit, fail, prog_name
 
 __all__ = ["DURATION", "Duration", "Exit", "cli", "fail", "main", "parse_duration"]
 

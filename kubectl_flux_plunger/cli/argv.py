@@ -7,9 +7,14 @@ kubectl's and flux's connection flags are global there: this moves them behind t
 where the verbs declare them.  ``-n``/``-A`` are dropped for a verb that has no
 namespace (``version``), as kubectl's global flags are ignored by commands that do not
 use them; any other flag a verb does not take stays an error of that verb.
+
+Also the name the program was run as (``prog_name``), from ``argv[0]``.
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 import click
 
@@ -93,3 +98,10 @@ def hoist_global_flags(group: click.Group, args: list[str]) -> list[str]:
             continue
         hoisted += words
     return [verb, *hoisted, *args[i + 1 :]]
+
+
+def prog_name() -> str:
+    base = os.path.basename(sys.argv[0] or "")
+    if base.startswith("flux-"):
+        return "flux plunger"
+    return "kubectl flux-plunger"

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
+from .errors import api_errors
 from .examples import Command
 from .options import (
     concurrency_option,
@@ -17,8 +16,8 @@ from .options import (
     result_output_option,
     selection_options,
 )
-from .session import Target, api_errors, pass_target
-from .table import TableFlags, run_table
+from .table import run_table
+from .target import Target, pass_target
 
 
 @click.command("recover", cls=Command)
@@ -50,6 +49,28 @@ from .table import TableFlags, run_table
 @events_addr_option
 @api_errors
 @pass_target
-def recover(target: Target, **flags: Any) -> None:
+def recover(
+    target: Target,
+    output: str,
+    dry_run: str,
+    concurrency: int,
+    handshake_timeout: float,
+    backup_dir: str | None,
+    lease_namespace: str | None,
+    force: bool,
+    lease_name: str | None,
+    events_addr: str | None,
+) -> None:
     """Recover stuck HelmReleases once (the same decision table the controller runs)."""
-    run_table("recover", None, target, TableFlags(**flags))
+    from ..verbs.controller_check import LeaseFlags
+    from ..verbs.recover import Once
+
+    once = Once(
+        None,
+        dry_run,
+        concurrency,
+        handshake_timeout,
+        backup_dir,
+        LeaseFlags(lease_namespace, lease_name, force),
+    )
+    run_table("recover", target, once, output, events_addr)

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
+from .errors import Exit, api_errors, fail, warn
 from .examples import Command
+from .notifier import notifier
 from .options import (
     concurrency_option,
     connection_options,
@@ -19,16 +21,8 @@ from .options import (
     result_output_option,
     selection_options,
 )
-from .session import (
-    Exit,
-    Session,
-    Target,
-    api_errors,
-    controller_check,
-    fail,
-    notifier,
-    pass_target,
-)
+from .session import Session
+from .target import Target, pass_target
 
 if TYPE_CHECKING:
     from ..verbs.fence_sweep import SweepOptions
@@ -100,6 +94,7 @@ def release_fence(
     exits non-zero while any fence remains.  A release a running flux-plunger controller
     covers is left to it (NOT released), unless --force; the controller --stop-deployment
     stopped does not count."""
+    from ..verbs.controller_check import LeaseFlags
     from ..verbs.fence_sweep import SweepOptions
 
     opts = SweepOptions(
@@ -111,8 +106,9 @@ def release_fence(
         concurrency=concurrency,
         stop_deployment=_deployment(stop_deployment),
         stop_timeout=stop_timeout,
+        lease=LeaseFlags(lease_namespace, lease_name, force),
     )
-    _run(target, opts, output, lease_namespace, force, lease_name, events_addr)
+    _run(target, opts, output, events_addr)
 
 
 def _deployment(value: str | None) -> tuple[str, str] | None:
@@ -125,29 +121,14 @@ def _deployment(value: str | None) -> tuple[str, str] | None:
     return ns, name
 
 
-def _run(
-    target: Target,
-    opts: SweepOptions,
-    output: str,
-    lease_namespace: str | None,
-    force: bool,
-    lease_name: str | None,
-    events_addr: str | None,
-) -> NoReturn:
+def _run(target: Target, opts: SweepOptions, output: str, events_addr: str | None) -> NoReturn:
     """Connect, sweep (verbs/fence_sweep.py), render; exit 1 while any fence remains."""
     from ..verbs import fence_sweep, stop
 
     s = Session(target, opts.dry_run)
     hooks = fence_sweep.SweepHooks(
-        covered=lambda stopped: controller_check(
-            s.kube,
-            lease_namespace,
-            force,
-            lease_name,
-            stopped=stopped,
-            namespaces=(s.selection.namespace,),
-        ),
         stopped=functools.partial(_stopped, opts.dry_run),
+        warned=warn,
         missing=lambda m: click.echo(f"Error from server (NotFound): {m}", err=True),
         notifier=lambda: notifier(events_addr, opts.dry_run),
     )
@@ -155,6 +136,8 @@ def _run(
         swept = fence_sweep.sweep(s.kube, s.selection, opts, hooks)
     except stop.StopError as exc:
         fail(f"{exc}; no fence was touched")
+    if swept.refusal:
+        fail(swept.refusal)
     all_ns = s.selection.all_namespaces
     if opts.dry_run == "client":
         _render_plan(swept.would_release, output, all_ns)

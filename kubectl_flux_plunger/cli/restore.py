@@ -3,11 +3,9 @@ Secrets, never over an existing Secret."""
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 import click
 
+from .errors import Exit, api_errors, fail, warn
 from .examples import Command
 from .options import (
     connection_options,
@@ -16,7 +14,8 @@ from .options import (
     namespace_option,
     result_output_option,
 )
-from .session import Exit, Session, Target, api_errors, controller_check, fail
+from .session import Session
+from .target import Target
 
 
 @click.command("restore", cls=Command)
@@ -51,26 +50,22 @@ def restore(
     Creates the Secret only while it is absent (never overwrites) and only while the
     HelmRelease is suspended by you (e.g. `flux suspend helmrelease`) and no running
     flux-plunger controller covers it, unless --force."""
-    from ..executor.backup import BackupError, load_file, load_secret
     from ..verbs import restore as verb
+    from ..verbs.controller_check import LeaseFlags
     from . import render
 
     s = Session(Target(kubeconfig, kube_context, request_timeout, namespace), dry_run)
-    try:
-        if os.path.exists(source):
-            doc, where = load_file(source), source
-        else:
-            ns, _, name = source.rpartition("/")
-            ns = ns or s.selection.namespace or "default"
-            doc, where = load_secret(s.kube, ns, name), f"Secret {ns}/{name}"
-    except BackupError as exc:
-        fail(str(exc))
-    covered = (
-        controller_check(s.kube, lease_namespace, force, lease_name, namespaces=(_release_ns(doc),))
-        if dry_run != "client"
-        else None
+    opts = verb.RestoreOptions(
+        source,
+        s.selection.namespace,
+        force,
+        dry_run,
+        LeaseFlags(lease_namespace, lease_name, force),
     )
-    res = verb.run(s.kube, doc, where, force=force, dry_run=dry_run, covered=covered)
+    done = verb.restore(s.kube, opts, on_warning=warn)
+    if done.result is None:
+        fail(done.refusal)
+    res = done.result
     if output in ("json", "yaml"):
         click.echo(
             render.dump(
@@ -86,14 +81,3 @@ def restore(
     else:
         click.echo(res.line() + (render.DRY_SUFFIX[dry_run] if res.ok else ""), err=not res.ok)
     raise SystemExit(int(Exit.OK if res.ok else Exit.FAILURE))
-
-
-def _release_ns(doc: dict[str, Any]) -> str | None:
-    """The namespace of the HelmRelease a backup belongs to (None: not a backup; the verb
-    says so)."""
-    from ..executor.backup import BackupError, provenance
-
-    try:
-        return provenance(doc)[0]
-    except BackupError:
-        return None

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
+from .errors import api_errors
 from .examples import Command
 from .options import (
     connection_options,
@@ -15,8 +14,8 @@ from .options import (
     result_output_option,
     selection_options,
 )
-from .session import Target, api_errors, pass_target
-from .table import TableFlags, run_table
+from .table import run_table
+from .target import Target, pass_target
 
 
 @click.command("resume-owned", cls=Command)
@@ -28,10 +27,20 @@ from .table import TableFlags, run_table
 @events_addr_option
 @api_errors
 @pass_target
-def resume_owned(target: Target, **flags: Any) -> None:
+def resume_owned(
+    target: Target,
+    output: str,
+    dry_run: str,
+    lease_namespace: str | None,
+    force: bool,
+    lease_name: str | None,
+    events_addr: str | None,
+) -> None:
     """Lift suspensions flux-plunger itself owns (e.g. left by a crash), with their fences.
 
     Never touches a suspension another manager set."""
-    from ..verbs.recover import RESUME_ROWS
+    from ..verbs.controller_check import LeaseFlags
+    from ..verbs.recover import RESUME_ROWS, Once
 
-    run_table("resume-owned", RESUME_ROWS, target, TableFlags(**flags))
+    once = Once(RESUME_ROWS, dry_run, lease=LeaseFlags(lease_namespace, lease_name, force))
+    run_table("resume-owned", target, once, output, events_addr)

@@ -7,9 +7,11 @@ from typing import Any
 
 import click
 
+from .errors import Exit, api_errors, warn
 from .examples import Command
 from .options import connection_options, lease_name_option, output_option, selection_options
-from .session import Exit, Session, Target, api_errors, pass_target
+from .session import Session
+from .target import Target, pass_target
 
 
 @click.command("status", cls=Command)
@@ -68,7 +70,8 @@ def status(
     found = verb.controllers(s.kube, lease_namespace, lease_name, (s.selection.namespace,))
     leases = list(found.leases)
     rep = verb.report(s.kube, s.selection, leases=leases)
-    _warn_leases(found)
+    for line in found.warnings:
+        warn(line)
     if output in ("table", "wide") and rep.rows:
         now = dt.datetime.now(dt.timezone.utc)
         for i, lease in enumerate(leases):
@@ -161,17 +164,3 @@ def _watch_status(
         except KubeError as exc:
             if exc.status != 410:
                 raise
-
-
-def _warn_leases(found: Any) -> None:
-    """One warning line when the survey of the Leases fell back or read nothing: ``status``
-    only warns (after its own reads, so a refused read of the releases stays one error
-    line)."""
-    if found.blind():
-        click.echo(
-            f"warning: cannot read any flux-plunger controller's Lease ({found.list_error}): "
-            "cannot tell whether a running controller covers these releases",
-            err=True,
-        )
-    elif found.warning():
-        click.echo(f"warning: {found.warning()}", err=True)

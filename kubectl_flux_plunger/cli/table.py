@@ -1,51 +1,39 @@
 """The one command line of the verbs that run the decision table once over a selection and
 print a table of outcomes — ``recover`` and ``resume-owned`` — with their summary line.
-What they do is verbs/recover.py's :func:`~kubectl_flux_plunger.verbs.recover.run_once`;
-this module connects, streams the result lines and renders the end."""
+What they do, the running-controller check included, is verbs/recover.py's
+:func:`~kubectl_flux_plunger.verbs.recover.recover`; this module connects, hands it the
+verb's options, streams the result lines and renders the end."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from .session import Exit, Session, Target, controller_check, notifier, prog_name
+from .argv import prog_name
+from .errors import Exit, fail, warn
+from .notifier import notifier
+from .session import Session
+from .target import Target
 
-
-@dataclass(frozen=True)
-class TableFlags:
-    """The flags of ``recover`` / ``resume-owned`` besides the target, as one value."""
-
-    output: str
-    dry_run: str
-    concurrency: int = 1
-    handshake_timeout: float = 30.0
-    lease_namespace: str | None = None
-    force: bool = False
-    backup_dir: str | None = None
-    lease_name: str | None = None
-    events_addr: str | None = None
+if TYPE_CHECKING:
+    from ..verbs.recover import Once
 
 
 def run_table(
-    verb_name: str, only_rows: frozenset[Any] | None, target: Target, flags: TableFlags
+    verb_name: str, target: Target, once: Once, output: str, events_addr: str | None
 ) -> NoReturn:
-    """Run the decision table once over the selection (``only_rows``: the rows that may
-    act, None for all) and render the outcomes: the body of ``recover`` and
-    ``resume-owned``, streamed as each release finishes."""
+    """Run the verb (``once``: its options) over the selection and render the outcomes:
+    the body of ``recover`` and ``resume-owned``, streamed as each release finishes."""
     from ..core.plan import Row
     from ..executor import Result
     from ..verbs import recover as verb
     from . import render
     from .progress import INTERRUPTED_EXIT, Stream
 
-    output, dry_run = flags.output, flags.dry_run
+    dry_run = once.dry_run
     s = Session(target, dry_run)
     names = target.names
-    # every flux-plunger Lease, read before the reads that decide (the named read stays
-    # right before its acquire); each release is then held against them on its fresh read
-    covered = _covered(s, flags)
 
     def show(o: Any) -> bool:
         return bool(
@@ -64,18 +52,17 @@ def run_table(
     # results stream as each release finishes; Ctrl-C stops (cli/progress.py); the total
     # is known once the releases are read
     stream = Stream(verb=verb_name, total=0, line=line, prog=prog_name())
-    once = verb.Once(
-        only_rows, dry_run, flags.concurrency, flags.handshake_timeout, flags.backup_dir
-    )
-    ran = verb.run_once(
+    ran = verb.recover(
         s.kube,
         s.selection,
         once,
         stream,
-        covered=covered,
-        notifier=notifier(flags.events_addr, dry_run),
+        notifier=notifier(events_addr, dry_run),
         on_missing=lambda m: click.echo(f"Error from server (NotFound): {m}", err=True),
+        on_warning=warn,
     )
+    if ran.refusal:
+        fail(ran.refusal)
     stream.close()
     outcomes, missing = ran.outcomes, ran.missing
     shown = [o for o in outcomes if show(o)]
@@ -103,19 +90,6 @@ def run_table(
         stream.report_left(not_done, verb.still_held(s.kube, stream.interrupted_in_flight()))
         raise SystemExit(INTERRUPTED_EXIT)
     raise SystemExit(int(Exit.FAILURE if failed or missing else Exit.OK))
-
-
-def _covered(s: Session, flags: TableFlags) -> Any:
-    """The running-controller check (none for a client-side dry run: nothing is written)."""
-    if flags.dry_run == "client":
-        return None
-    return controller_check(
-        s.kube,
-        flags.lease_namespace,
-        flags.force,
-        flags.lease_name,
-        namespaces=(s.selection.namespace,),
-    )
 
 
 def counts(outcomes: list[Any]) -> dict[str, int]:

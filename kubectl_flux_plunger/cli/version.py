@@ -6,9 +6,9 @@ from typing import Any
 
 import click
 
+from .errors import api_errors
 from .examples import Command
 from .options import connection_options, overrides
-from .session import api_errors
 
 
 @click.command("version", cls=Command)

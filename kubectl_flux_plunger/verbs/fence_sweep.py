@@ -4,7 +4,8 @@ helm-controller finish their uninstalls (``--wait-uninstall``), release them
 (verbs/release_fence.py), and look again behind a controller pod that did not go.
 
 What the user sees is the caller's (cli/release_fence.py): it is told through
-:class:`SweepHooks`, in the order things happen, and renders the :class:`Swept` result.
+:class:`SweepHooks`, in the order things happen, and renders the :class:`Swept` result (a
+refusal of the running-controller check included).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from ..kube import Kube
 from ..report.events import Recorder
 from . import release_fence as verb
 from . import stop as stopping
+from .controller_check import ControllerCheck, LeaseFlags
+from .controller_check import check as controller_check
 from .release_fence import Check, FenceResult
 from .select import Selection, fetch
 
@@ -30,7 +33,7 @@ class SweepOptions:
     """The flags of ``release-fence``, parsed.  Durations in seconds; ``deadline`` 0: no
     global deadline (it counts from after the stop, which is bounded on its own);
     ``stop_deployment``: the controller's Deployment (namespace, name) to scale to zero
-    first."""
+    first; ``lease``: the flags of the running-controller check."""
 
     dry_run: str = "none"
     wait_uninstall: bool = False
@@ -40,6 +43,7 @@ class SweepOptions:
     concurrency: int = verb.DEFAULT_CONCURRENCY
     stop_deployment: tuple[str, str] | None = None
     stop_timeout: float = 100.0
+    lease: LeaseFlags = field(default_factory=LeaseFlags)
 
 
 def _nothing(*_: Any) -> None:
@@ -53,14 +57,19 @@ class SweepHooks:
     * ``stopped(ref, stopped)`` once the Deployment ``ref`` was stopped (``stopped`` None:
       a client dry run, nothing was sent); a :class:`~.stop.StopError` instead propagates
       (no fence is touched then);
-    * ``covered(stopped_leases)``: the running-controller check (``Options.covered``), read
-      after the stop, not counting the Leases of the controller just stopped (not asked in
-      a client dry run);
+    * ``warned(message)`` for each warning of the running-controller check, read after
+      the stop (verbs/controller_check.py, from ``SweepOptions.lease``; not in a client dry
+      run), not counting the Leases of the controller just stopped; a refusal of it ends
+      the sweep (``Swept.refusal``);
     * ``missing(message)`` for each named release not found;
-    * ``notifier()``: the Recorder's notifier, asked only when the wait writes."""
+    * ``notifier()``: the Recorder's notifier, asked only when the wait writes.
 
-    covered: Callable[[tuple[tuple[str, str], ...]], Check | None]
+    ``covered(stopped_leases)``, when given, is the running-controller check
+    (``Options.covered``) instead of the Lease survey, asked at the same point."""
+
+    covered: Callable[[tuple[tuple[str, str], ...]], Check | None] | None = None
     stopped: Callable[[tuple[str, str], stopping.Stopped | None], None] = _nothing
+    warned: Callable[[str], None] = _nothing
     missing: Callable[[str], None] = _nothing
     notifier: Callable[[], Any] = _nothing
 
@@ -68,11 +77,13 @@ class SweepHooks:
 @dataclass
 class Swept:
     """What the sweep did: ``results`` in order; ``missing``, the named releases not found;
-    ``would_release``, in a client dry run, the fenced releases (nothing else is done)."""
+    ``would_release``, in a client dry run, the fenced releases (nothing else is done);
+    ``refusal``: why nothing was read nor released (the running-controller check refused)."""
 
     results: list[FenceResult] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     would_release: list[tuple[str, str]] = field(default_factory=list)
+    refusal: str = ""
 
     @property
     def ok(self) -> bool:
@@ -109,6 +120,24 @@ def _stop(kube: Kube, opts: SweepOptions, hooks: SweepHooks) -> stopping.Stopped
     return done
 
 
+def _controllers(
+    kube: Kube,
+    selection: Selection,
+    opts: SweepOptions,
+    hooks: SweepHooks,
+    stopped: stopping.Stopped | None,
+) -> ControllerCheck:
+    """The running-controller check, not counting the Lease of the controller just stopped;
+    its warnings told through ``hooks.warned``."""
+    leases = (stopped.lease,) if stopped is not None and stopped.lease else ()
+    if hooks.covered is not None:
+        return ControllerCheck(hooks.covered(leases))
+    found = controller_check(kube, opts.lease, stopped=leases, namespaces=(selection.namespace,))
+    for line in found.warnings:
+        hooks.warned(line)
+    return found
+
+
 def sweep(kube: Kube, selection: Selection, opts: SweepOptions, hooks: SweepHooks) -> Swept:
     """Run ``release-fence`` over ``selection``."""
     stopped = _stop(kube, opts, hooks)
@@ -117,11 +146,12 @@ def sweep(kube: Kube, selection: Selection, opts: SweepOptions, hooks: SweepHook
     # every flux-plunger Lease, read after the stop (a controller that stopped gave its
     # Lease up) and before the LIST that decides; the stopped controller's own Lease does
     # not count (it may outlive a pod that did not drain)
-    covered = (
-        hooks.covered((stopped.lease,) if stopped is not None and stopped.lease else ())
-        if opts.dry_run != "client"
-        else None
-    )
+    covered = None
+    if opts.dry_run != "client":
+        found = _controllers(kube, selection, opts, hooks, stopped)
+        if found.refusal:
+            return Swept(refusal=found.refusal)
+        covered = found.covered
     releases, missing = fetch(kube, selection)
     for m in missing:
         hooks.missing(m)

@@ -1,9 +1,11 @@
 """``recover`` and ``resume-owned``: the decision table applied once to each selected release,
 with bounded concurrency across releases (each release is handled by one thread).
 
-:func:`run_once` is the whole verb as the command line runs it (the executor it needs, the
-reads, the pass); :func:`run` is the pass itself.  What the user sees — the result lines,
-the progress line, Ctrl-C — is the caller's (cli/table.py), told through :class:`Progress`."""
+:func:`recover` is the whole verb as the command line runs it: the running-controller check
+(verbs/controller_check.py, from the lease flags in :class:`Once`), then :func:`run_once`
+(the executor it needs, the reads, the pass); :func:`run` is the pass itself.  What the user
+sees — the result lines, the progress line, Ctrl-C, the warnings — is the caller's
+(cli/table.py), told through :class:`Progress` and the callbacks; a refusal is returned."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core import plan
@@ -22,6 +24,8 @@ from ..executor.backup import DirectoryBackup
 from ..executor.handshake import ReleaseWatch
 from ..kube import Kube, KubeError
 from ..report.events import Recorder
+from .controller_check import LeaseFlags
+from .controller_check import check as controller_check
 from .select import Selection, fetch
 
 # Rows `resume-owned` may act on: our own suspensions (with their fences) and nothing else.
@@ -160,13 +164,15 @@ class Once:
     """What ``recover`` / ``resume-owned`` were asked for (the command line's flags, parsed):
     ``only_rows`` as in :class:`Pass`; ``dry_run`` none|client|server; ``handshake_timeout``,
     how long to wait for helm-controller to observe the suspension; ``backup_dir``, where
-    each Secret is written before its delete (None: no backup)."""
+    each Secret is written before its delete (None: no backup); ``lease``, the flags of the
+    running-controller check (:func:`recover` makes it)."""
 
     only_rows: frozenset[Row] | None = None
     dry_run: str = "none"
     concurrency: int = 1
     handshake_timeout: float = 30.0
     backup_dir: str | None = None
+    lease: LeaseFlags = field(default_factory=LeaseFlags)
 
 
 class Progress(Protocol):
@@ -186,11 +192,47 @@ class Progress(Protocol):
 
 @dataclass
 class Ran:
-    """What a run did: the outcomes in the order read, and the named releases not found."""
+    """What a run did: the outcomes in the order read, and the named releases not found;
+    ``refusal``: why nothing was read nor written (the running-controller check refused)."""
 
     releases: int
     missing: list[str]
     outcomes: list[Outcome]
+    refusal: str = ""
+
+
+def recover(
+    kube: Kube,
+    selection: Selection,
+    once: Once,
+    progress: Progress,
+    *,
+    notifier: Any = None,
+    on_missing: Callable[[str], None] = lambda _: None,
+    on_warning: Callable[[str], None] = lambda _: None,
+) -> Ran:
+    """The verb: the running-controller check of ``once.lease`` (none for a client-side dry
+    run: nothing is written), read before the reads that decide — its warnings told through
+    ``on_warning``, a refusal returned before anything else is read — then :func:`run_once`
+    with it (the named read stays right before its acquire; each release is held against
+    the Leases on its fresh read)."""
+    covered = None
+    if once.dry_run != "client":
+        found = controller_check(kube, once.lease, namespaces=(selection.namespace,))
+        if found.refusal:
+            return Ran(0, [], [], refusal=found.refusal)
+        for line in found.warnings:
+            on_warning(line)
+        covered = found.covered
+    return run_once(
+        kube,
+        selection,
+        once,
+        progress,
+        covered=covered,
+        notifier=notifier,
+        on_missing=on_missing,
+    )
 
 
 def run_once(

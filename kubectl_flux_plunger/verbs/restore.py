@@ -5,19 +5,32 @@ Guarded: the Secret is created, never overwritten (a create fails on an existing
 while the revision is absent; and only while the HelmRelease it belongs to is suspended by its
 caller (any manager but flux-plunger), so helm-controller is not acting on it — unless
 ``force``.  The revision goes back to the cluster it was taken from (the remote cluster of
-``spec.kubeConfig`` for such releases)."""
+``spec.kubeConfig`` for such releases).
+
+:func:`restore` is the verb as the command line runs it (the backup read, the
+running-controller check, :func:`run`); what it cannot do comes back as data."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core import detect, ownership
-from ..executor.backup import BackupError, original, provenance, revision_of
+from ..executor.backup import (
+    BackupError,
+    load_file,
+    load_secret,
+    original,
+    provenance,
+    revision_of,
+)
 from ..executor.primitives import create_storage_secret
 from ..kube import Kube
 from ..kube.remote import RemoteError, Remotes, storage_cluster
+from .controller_check import LeaseFlags
+from .controller_check import check as controller_check
 
 
 @dataclass
@@ -39,6 +52,63 @@ class RestoreResult:
 
     def line(self) -> str:
         return self.detail
+
+
+@dataclass(frozen=True)
+class RestoreOptions:
+    """What ``restore`` was asked for: ``source``, a backup file or a Secret ``[NS/]NAME``
+    (``namespace``: of a Secret named without one; None: ``default``); ``force``; ``dry_run``
+    none|client|server; ``lease``, the flags of the running-controller check."""
+
+    source: str
+    namespace: str | None = None
+    force: bool = False
+    dry_run: str = "none"
+    lease: LeaseFlags = field(default_factory=LeaseFlags)
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What the verb did (``result``), or why it did nothing (``refusal``: the backup cannot
+    be read, or the running-controller check refused; ``result`` is None then)."""
+
+    result: RestoreResult | None = None
+    refusal: str = ""
+
+
+def restore(
+    kube: Kube, opts: RestoreOptions, on_warning: Callable[[str], None] = lambda _: None
+) -> Restored:
+    """The verb: read the backup (a file when ``opts.source`` is one, else the Secret), then
+    the running-controller check (none for a client-side dry run; its warnings told through
+    ``on_warning``), then :func:`run`."""
+    try:
+        if os.path.exists(opts.source):
+            doc, where = load_file(opts.source), opts.source
+        else:
+            ns, _, name = opts.source.rpartition("/")
+            ns = ns or opts.namespace or "default"
+            doc, where = load_secret(kube, ns, name), f"Secret {ns}/{name}"
+    except BackupError as exc:
+        return Restored(refusal=str(exc))
+    covered = None
+    if opts.dry_run != "client":
+        found = controller_check(kube, opts.lease, namespaces=(_release_ns(doc),))
+        if found.refusal:
+            return Restored(refusal=found.refusal)
+        for line in found.warnings:
+            on_warning(line)
+        covered = found.covered
+    return Restored(run(kube, doc, where, force=opts.force, dry_run=opts.dry_run, covered=covered))
+
+
+def _release_ns(doc: dict[str, Any]) -> str | None:
+    """The namespace of the HelmRelease a backup belongs to (None: not a backup; :func:`run`
+    says so)."""
+    try:
+        return provenance(doc)[0]
+    except BackupError:
+        return None
 
 
 def run(

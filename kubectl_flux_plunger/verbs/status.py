@@ -206,19 +206,39 @@ def controller(kube: Kube, lease_namespace: str | None) -> ControllerLease:
     )
 
 
+@dataclass(frozen=True)
+class Survey:
+    """The controllers ``status`` reports (``leases``), and the warning lines to say after
+    the report when the survey fell back or read nothing (``status`` only warns)."""
+
+    leases: tuple[ControllerLease, ...]
+    warnings: tuple[str, ...] = ()
+
+
+def _warnings(found: Controllers) -> tuple[str, ...]:
+    if found.blind():
+        blind = (
+            f"cannot read any flux-plunger controller's Lease ({found.list_error}): "
+            "cannot tell whether a running controller covers these releases"
+        )
+        return (blind,)
+    return (found.warning(),) if found.warning() else ()
+
+
 def controllers(
     kube: Kube,
     lease_namespace: str | None,
     lease_name: str | None = None,
     also: tuple[str | None, ...] = (),
-) -> Controllers:
+) -> Survey:
     """The controllers ``status`` reports: every flux-plunger Lease of the cluster (one
     LIST; sharding: one Lease per install), ``lease_name`` counted as one too; where that
     LIST is refused, those of the lease namespace and of ``also`` (the releases')."""
     ns = lease_namespace or controller_lease.default_lease_namespace()
-    return controller_lease.survey(
+    found = controller_lease.survey(
         kube, ns, names=(lease_name,) if lease_name else (), also=[n for n in also if n]
     )
+    return Survey(found.leases, _warnings(found))
 
 
 def covering(leases: list[ControllerLease] | None, hr: Obj) -> list[ControllerLease]:

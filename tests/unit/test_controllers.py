@@ -14,13 +14,15 @@ import pytest
 
 from kubectl_flux_plunger import cli
 from kubectl_flux_plunger.core import constants as C
-from kubectl_flux_plunger.cli import session
+from kubectl_flux_plunger.cli import errors, session
 from kubectl_flux_plunger.kube.controller_lease import survey
 from kubectl_flux_plunger.executor import Covered, Executor, Options, Result
 from kubectl_flux_plunger.kube import KubeError
 from kubectl_flux_plunger.verbs import release_fence as rf
 from kubectl_flux_plunger.verbs import restore as restore_verb
 from kubectl_flux_plunger.verbs import stop as stop_verb
+from kubectl_flux_plunger.verbs.controller_check import LeaseFlags
+from kubectl_flux_plunger.verbs.controller_check import check as controller_check
 
 from . import builders as B
 
@@ -278,8 +280,16 @@ def test_lease_of_a_controller_deployment(args, lease):
 # -- the command line: one LIST before the reads, --force reads none, warnings ----------------
 
 def _check(k, **kw):
+    """The check (verbs/controller_check.py) as the command line says it: its warning
+    lines, its refusal as one error line and exit 1."""
     kw.setdefault("force", False)
-    return session.controller_check(k, "fp", kw.pop("force"), **kw)
+    found = controller_check(k, LeaseFlags("fp", kw.pop("lease_name", None), kw.pop("force")),
+                             **kw)
+    for line in found.warnings:
+        errors.warn(line)
+    if found.refusal:
+        errors.fail(found.refusal)
+    return found.covered
 
 
 def _renewed_now() -> str:

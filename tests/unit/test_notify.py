@@ -17,7 +17,7 @@ import threading
 import pytest
 
 from kubectl_flux_plunger.report import notify
-from kubectl_flux_plunger.cli.session import notifier as _notifier
+from kubectl_flux_plunger.cli.notifier import notifier as _notifier
 from kubectl_flux_plunger.report.events import Recorder
 
 from .builders import hr
