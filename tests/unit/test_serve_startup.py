@@ -45,7 +45,9 @@ def ran(monkeypatch):
     """What start() hands to the controller (nothing runs), and how often the kubeconfig
     files are read."""
     got: dict = {"reads": 0}
-    K._client_modules()
+    from kubectl_flux_plunger.kube.official import _client_modules
+
+    _client_modules()
     from kubernetes.config import kube_config as client_kube_config
 
     real = client_kube_config.KubeConfigMerger.load_config
