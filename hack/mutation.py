@@ -177,6 +177,10 @@ def _setup_cfg(target: Target, top: list[str]) -> str:
         f"also_copy ={lines(also)}\n"
         # the work copy is not a git checkout: every run starts from a fresh copy
         "use_git_change_detection = false\n"
+        # mutmut's default timeouts are kept: (the tests' time + 1 s) x 15 of wall time.  A
+        # tighter one is faster on mutants that loop forever but, on a loaded machine, could
+        # count a slow mutant as killed
+
     )
 
 
