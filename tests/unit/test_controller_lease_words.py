@@ -103,12 +103,13 @@ def test_the_fallback_warning_names_what_was_read_and_what_was_not() -> None:
     found = Controllers(
         "fp",
         (held(), ControllerLease("other", "pod_2", NOW, 15.0, True, name="custom-id"),
-         ControllerLease("x", "", None, None, False, readable=False, error="forbidden")),
-        list_error="forbidden", fallback=("fp", "other", "x"), listed=("fp",))
+         ControllerLease("x", "", None, None, False, readable=False, error="forbidden"),
+         ControllerLease("y", "", None, None, False, readable=False, error="forbidden")),
+        list_error="forbidden", fallback=("fp", "other", "x", "y"), listed=("fp",))
     assert found.warning() == (
         "cannot list the Leases of the cluster (forbidden); looking for running flux-plunger "
         f"controllers only in namespace fp and Lease other/custom-id (cannot read "
-        f"x/{C.LEASE_NAME})")
+        f"x/{C.LEASE_NAME}, y/{C.LEASE_NAME})")
     everything_read = Controllers("fp", (held(),), list_error="forbidden", listed=("fp",))
     assert everything_read.warning() == (
         "cannot list the Leases of the cluster (forbidden); looking for running flux-plunger "
