@@ -144,11 +144,12 @@ def _copy_tree(dest: Path) -> list[str]:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for rel in _tree_files():
+    files = _tree_files()
+    for rel in files:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, target)
-    return sorted({rel.split("/", 1)[0] for rel in _tree_files()})
+    return sorted({rel.split("/", 1)[0] for rel in files})
 
 
 def _mutant_globs(target: Target) -> list[str]:
@@ -194,7 +195,6 @@ def _setup_cfg(target: Target, top: list[str]) -> str:
         # mutmut's default timeouts are kept: (the tests' time + 1 s) x 15 of wall time.  A
         # tighter one is faster on mutants that loop forever but, on a loaded machine, could
         # count a slow mutant as killed
-
     )
 
 
@@ -245,6 +245,10 @@ print(json.dumps({n: get_diff_for_mutant(n, path=path) for n in names}))
 def run_target(target: Target, workdir: Path, jobs: int) -> Result:
     work = workdir / target.name
     print(f"== {target.name}: {target.source} against {' '.join(target.tests)}", flush=True)
+    missing = [p for p in (target.source, *target.tests) if not (ROOT / p.split("::")[0]).exists()]
+    if missing:
+        return Result(target, 0.0, {}, {}, error=f"the table (TARGETS in {Path(__file__).name}) "
+                      f"names what does not exist: {', '.join(missing)}: update it")
     start = time.monotonic()
     top = _copy_tree(work)
     (work / "setup.cfg").write_text(_setup_cfg(target, top))
