@@ -1,4 +1,4 @@
-"""The GitHub workflows (.github/workflows/ci.yml, release.yml) pass actionlint v1.7.12
+"""The GitHub workflows (.github/workflows/ci.yml, release.yml, mutation.yml) pass actionlint v1.7.12
 (built from its Go module): syntax, expressions, job dependencies, action inputs, runner
 labels.  Also: the release workflow runs hack/release.py and publishes what the krew manifest
 names, and ci.yml runs the README's test command."""
@@ -17,7 +17,7 @@ WORKFLOWS = ROOT / ".github" / "workflows"
 
 def test_actionlint_accepts_the_workflows(tmp_path):
     files = sorted(WORKFLOWS.glob("*.yml"))
-    assert [f.name for f in files] == ["ci.yml", "release.yml"]
+    assert [f.name for f in files] == ["ci.yml", "mutation.yml", "release.yml"]
     proc = subprocess.run([str(binaries.ensure("actionlint")), "-no-color",
                            *[str(f) for f in files]], capture_output=True, text=True,
                           cwd=ROOT, timeout=120, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
@@ -50,6 +50,21 @@ def test_ci_runs_the_readme_test_command_and_release_builds_with_hack_release():
             for s in job["steps"]}
     assert "pypa/gh-action-pypi-publish" in uses
     assert release["jobs"]["pypi"]["permissions"] == {"id-token": "write"}
+
+
+def test_mutation_testing_runs_on_a_schedule_and_never_in_ci():
+    """Issue 40: ./hack/mutation.sh runs weekly and by hand, from its own workflow; ci.yml,
+    .ci/run and hack/requirements-test.txt know nothing of it (too slow for every push)."""
+    mutation = yaml.safe_load((WORKFLOWS / "mutation.yml").read_text())
+    triggers = mutation[True]  # YAML 1.1 reads the key `on` as True
+    assert set(triggers) == {"schedule", "workflow_dispatch"}
+    assert triggers["schedule"][0]["cron"].split()[4] != "*"  # weekly, not daily
+    runs = [s.get("run", "") for s in mutation["jobs"]["mutation"]["steps"]]
+    assert any(r.startswith("./hack/mutation.sh ") for r in runs)
+    ci = (WORKFLOWS / "ci.yml").read_text() + (ROOT / ".ci" / "run").read_text()
+    assert "mutation" not in ci
+    assert "mutmut" not in (ROOT / "hack" / "requirements-test.txt").read_text()
+    assert "mutmut==" in (ROOT / "hack" / "requirements-mutation.txt").read_text()
 
 
 def test_release_pulls_the_base_the_containerfile_pins():

@@ -80,6 +80,7 @@ def test_removing_a_fence_elsewhere_needs_no_second_pass(row):
 @pytest.mark.parametrize("ending", [dict(result=Result.FAILED, failed=True),
                                     dict(result=Result.DEFERRED)])
 def test_a_failed_or_deferred_pass_backs_off_and_settles_nothing(ending):
+    ending = dict(ending)                    # the parameter itself stays whole: rerunnable
     result = ending.pop("result")
     c = controller(outcome(result, Row.LIVE_STUCK, **ending))
     c.queue.add("apps/demo", "290")

@@ -1,0 +1,479 @@
+#!/usr/bin/env python3
+"""Mutation testing of the modules that decide what is written (issue 40), with mutmut.
+
+Each target below is one module run against the tests that cover it: the unit tier for the
+pure core, a targeted real-apiserver subset for the executor, the survey and the drain.  For
+every target the tree is copied (the files git tracks, plus new ones it does not ignore) into
+its own work directory outside the checkout, mutmut is configured there (setup.cfg: the
+module to mutate, the tests, every other top-level path the tests read), and ``mutmut run``
+mutates that one module.  The script then prints the score per module (killed / total) and
+every mutant that survived.
+
+A survivor must be explained in hack/mutation-survivors.txt (equivalent, or only changes a
+message) or killed by a new test.  An unexplained survivor makes the script exit 1, and so
+does a tier whose score over a full run is below its goal.
+
+    ./hack/mutation.sh                      the pure core (the unit tier; minutes)
+    ./hack/mutation.sh --module plan        one module (repeatable)
+    ./hack/mutation.sh --tier all           the core and the apiserver targets (needs the
+                                            test binaries: hack/setup.sh)
+    ./hack/mutation.sh --list               the table: module, source, tests, tier
+
+Run through hack/mutation.sh, which installs hack/requirements-mutation.txt and runs this
+under ``nice -n 19``.  Workers: --jobs (default 2, MUTATION_JOBS).
+
+THE TABLE (TARGETS) IS DATA: when modules move, update the paths here, nothing else.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = "kubectl_flux_plunger"
+SURVIVORS = ROOT / "hack" / "mutation-survivors.txt"
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str  # what --module takes and what hack/mutation-survivors.txt calls it
+    source: str  # the one file mutated, relative to the repository root
+    tests: tuple[str, ...]  # pytest arguments selecting the tests that cover it
+    tier: str  # "core" (unit tier, goal below) or "apiserver" (real apiserver, goal below)
+    # only these functions' mutants are run and counted ("Class.method" for methods);
+    # empty: every function in the file
+    functions: tuple[str, ...] = field(default=())
+
+
+UNIT = ("tests/unit",)
+GOALS = {"core": 95.0, "apiserver": 90.0}  # % killed, over every target of the tier
+
+# -- the table: module -> the tests that cover it -----------------------------------------
+# The executor's entries follow issue 39's split into one module per action: check their
+# paths and test subsets after it lands (they are not run by default: --tier apiserver).
+# Only tests that call the module in the pytest process count: mutmut switches mutants on
+# inside that process, so a test that runs the CLI or serve as a subprocess (most of
+# tests/apiserver/test_cli_verbs.py, test_leases_everywhere.py, serve's drain) runs the
+# unmutated code and kills nothing; mutmut reports a mutant no in-process test reaches as
+# "no tests" (a survivor here).  Prefer the tests built on the in-process executor fixture.
+TARGETS: tuple[Target, ...] = (
+    # the pure core: what is written, decided without the API
+    Target("plan", "kubectl_flux_plunger/core/plan.py", UNIT, "core"),
+    Target("ownership", "kubectl_flux_plunger/core/ownership.py", UNIT, "core"),
+    # the storage verdict: choose_revision and every function it reaches
+    Target("storage", "kubectl_flux_plunger/core/storage.py", UNIT, "core", functions=(
+        "choose_revision", "_check_newest", "_label_deployed", "_storage_of", "_refuse",
+        "_describe", "_why_not_blocking", "_payload_status", "_try_decode", "decode_payload",
+        "_b64decode", "Revision.from_secret", "_revision_number", "_dig", "release_name",
+        "_configured_release_name", "shorten_name", "storage_namespace",
+    )),
+    Target("detect", "kubectl_flux_plunger/core/detect.py", UNIT, "core"),
+    Target("selector", "kubectl_flux_plunger/core/selector.py", UNIT, "core"),
+    Target("scope", "kubectl_flux_plunger/core/scope.py", UNIT, "core"),
+    Target("writes", "kubectl_flux_plunger/core/writes.py", UNIT, "core"),
+    # the Lease survey's pure parts (which Lease covers a release, which is live, what the
+    # warning says): unit-tested (tests/unit/test_controllers.py, test_selector.py,
+    # test_status_state.py); its reads of the API are the lease_survey target below
+    Target("controller_lease", "kubectl_flux_plunger/kube/controller_lease.py", UNIT, "core",
+           functions=(
+        "ControllerLease.covers", "ControllerLease.scope", "ControllerLease.age",
+        "ControllerLease.describe", "ControllerLease._holds", "ControllerLease.coverage",
+        "ControllerLease.deferral", "_ours", "Controllers.live", "Controllers.covering",
+        "Controllers.unreadable", "Controllers.blind", "Controllers.warning",
+        "Controllers.without", "from_items", "_of",
+    )),
+    # -- the executor, the survey against the API, the drain and the fence sweep ----------
+    Target("saga", "kubectl_flux_plunger/executor/saga.py", UNIT + (
+        "tests/apiserver/test_saga_safety.py", "tests/apiserver/test_recovery.py",
+        "tests/apiserver/test_crash.py", "tests/apiserver/test_flux_operator.py",
+    ), "apiserver"),
+    Target("handshake", "kubectl_flux_plunger/executor/handshake.py", UNIT + (
+        "tests/apiserver/test_saga_safety.py", "tests/apiserver/test_hook_deadline.py",
+        "tests/apiserver/test_recovery.py",
+    ), "apiserver"),
+    Target("primitives", "kubectl_flux_plunger/executor/primitives.py", UNIT + (
+        "tests/apiserver/test_saga_safety.py", "tests/apiserver/test_recovery.py",
+        "tests/apiserver/test_flux_operator.py", "tests/apiserver/test_release_fence_deadline.py",
+    ), "apiserver"),
+    Target("drain", "kubectl_flux_plunger/executor/drain.py", UNIT + (
+        "tests/apiserver/test_serve_drain.py",
+    ), "apiserver"),
+    Target("fence_sweep", "kubectl_flux_plunger/verbs/fence_sweep.py", UNIT + (
+        "tests/apiserver/test_release_fence_deadline.py", "tests/apiserver/test_cli_verbs.py",
+    ), "apiserver"),
+    Target("lease_survey", "kubectl_flux_plunger/kube/controller_lease.py", UNIT + (
+        "tests/apiserver/test_leases_everywhere.py",
+    ), "apiserver", functions=("read", "survey", "_fallback", "read_all",
+                               "default_lease_namespace")),
+)
+
+# Tests that read the package's source text rather than run it: mutmut's trampolines make every
+# mutated module longer than the house limits, and these tests can kill no mutant.
+NOT_ON_MUTANTS = (
+    "tests/unit/test_house_limits.py::test_the_package_keeps_the_house_limits",
+)
+
+# mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code), grouped: a timeout is a
+# kill (the tests noticed: they did not finish), anything not killed must be explained
+KILLED = {"killed", "timeout", "caught by type check"}
+
+
+# -- the work copy -------------------------------------------------------------------------
+
+def _tree_files() -> list[str]:
+    """What a fresh clone (plus this checkout's uncommitted work) holds: tracked files and
+    untracked ones git does not ignore, that still exist."""
+    out = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, check=True, capture_output=True,
+    ).stdout.decode()
+    return sorted(p for p in out.split("\0") if p and (ROOT / p).is_file())
+
+
+def _copy_tree(dest: Path) -> list[str]:
+    """Copy the tree into dest (which is emptied); returns its top-level entries."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    files = _tree_files()
+    for rel in files:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, target)
+    return sorted({rel.split("/", 1)[0] for rel in files})
+
+
+def _mutant_globs(target: Target) -> list[str]:
+    module = target.source[:-3].replace("/", ".")
+    return [f"{module}.{_mangle(fn)}__mutmut_*" for fn in target.functions]
+
+
+def _mangle(function: str) -> str:
+    """mutmut's name for a function: x_name, or xǁClassǁmethod."""
+    if "." in function:
+        cls, method = function.split(".", 1)
+        return f"x\u01c1{cls}\u01c1{method}"
+    return f"x_{function}"
+
+
+def _function_of(mutant: str) -> str:
+    """The function a mutant name is in ("Class.method" for methods)."""
+    tail = mutant.rsplit(".", 1)[1]
+    tail = re.sub(r"__mutmut_\d+$", "", tail)
+    if tail.startswith("x\u01c1"):
+        return ".".join(tail[2:].split("\u01c1"))
+    return tail[2:] if tail.startswith("x_") else tail
+
+
+def _setup_cfg(target: Target, top: list[str]) -> str:
+    also = [p for p in top if p not in (PACKAGE, "setup.cfg")]
+    pytest_args = ["-p", "no:cacheprovider"]
+    for test in NOT_ON_MUTANTS:
+        pytest_args += ["--deselect", test]
+
+    def lines(values: list[str] | tuple[str, ...]) -> str:
+        return "".join(f"\n    {v}" for v in values)
+
+    return (
+        "[mutmut]\n"
+        f"source_paths ={lines([PACKAGE])}\n"
+        f"only_mutate ={lines([target.source])}\n"
+        f"pytest_add_cli_args_test_selection ={lines(target.tests)}\n"
+        f"pytest_add_cli_args ={lines(pytest_args)}\n"
+        f"also_copy ={lines(also)}\n"
+        # the work copy is not a git checkout: every run starts from a fresh copy
+        "use_git_change_detection = false\n"
+        # mutmut's default timeouts are kept: (the tests' time + 1 s) x 15 of wall time.  A
+        # tighter one is faster on mutants that loop forever but, on a loaded machine, could
+        # count a slow mutant as killed
+    )
+
+
+# -- running ---------------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    target: Target
+    seconds: float
+    statuses: dict[str, str]  # mutant name -> status
+    diffs: dict[str, str]  # not-killed mutant name -> its diff
+    error: str = ""
+
+    @property
+    def counted(self) -> dict[str, str]:
+        if not self.target.functions:
+            return self.statuses
+        wanted = set(self.target.functions)
+        return {m: s for m, s in self.statuses.items() if _function_of(m) in wanted}
+
+    @property
+    def killed(self) -> int:
+        return sum(1 for s in self.counted.values() if s in KILLED)
+
+    @property
+    def total(self) -> int:
+        return len(self.counted)
+
+    @property
+    def survivors(self) -> list[str]:
+        return sorted(m for m, s in self.counted.items()
+                      if s not in KILLED and s != "not checked")
+
+    @property
+    def unchecked(self) -> int:
+        """Mutants the run never got to (interrupted, or still running for --report-only)."""
+        return sum(1 for s in self.counted.values() if s == "not checked")
+
+
+_DIFFS = r"""
+import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+names, path = json.loads(sys.argv[1]), sys.argv[2]
+print(json.dumps({n: get_diff_for_mutant(n, path=path) for n in names}))
+"""
+
+
+def run_target(target: Target, workdir: Path, jobs: int) -> Result:
+    work = workdir / target.name
+    print(f"== {target.name}: {target.source} against {' '.join(target.tests)}", flush=True)
+    missing = [p for p in (target.source, *target.tests) if not (ROOT / p.split("::")[0]).exists()]
+    if missing:
+        return Result(target, 0.0, {}, {}, error=f"the table (TARGETS in {Path(__file__).name}) "
+                      f"names what does not exist: {', '.join(missing)}: update it")
+    start = time.monotonic()
+    top = _copy_tree(work)
+    (work / "setup.cfg").write_text(_setup_cfg(target, top))
+    log = work / "mutmut.log"
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    with log.open("w") as out:
+        proc = subprocess.run(
+            [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs),
+             *_mutant_globs(target)],
+            cwd=work, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL,
+        )
+    seconds = time.monotonic() - start
+    (work / "seconds").write_text(f"{seconds:.1f}\n")
+    if proc.returncode != 0:
+        return Result(target, seconds, {}, {},
+                      error=f"mutmut run exited {proc.returncode} (log: {log}):\n{_tail(log)}")
+    return collect(target, workdir)
+
+
+def _tail(log: Path) -> str:
+    if not log.is_file():
+        return "(no log)"
+    return "\n".join(log.read_text(errors="replace").replace("\r", "\n").splitlines()[-40:])
+
+
+def collect(target: Target, workdir: Path) -> Result:
+    """The results of the last run in target's work copy."""
+    work = workdir / target.name
+    meta = work / "mutants" / (target.source + ".meta")
+    timing = work / "seconds"
+    seconds = float(timing.read_text()) if timing.is_file() else 0.0
+    if not meta.is_file():
+        return Result(target, seconds, {}, {}, error=f"no results in {work} (log: "
+                      f"{work / 'mutmut.log'}):\n{_tail(work / 'mutmut.log')}")
+    from mutmut.stats import status_by_exit_code
+
+    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    statuses = {m: status_by_exit_code[c] for m, c in codes.items()}
+    result = Result(target, seconds, statuses, {})
+    if result.survivors:
+        proc = subprocess.run(
+            [sys.executable, "-c", _DIFFS, json.dumps(result.survivors), target.source],
+            cwd=work, capture_output=True, text=True, check=True,
+        )
+        result.diffs = json.loads(proc.stdout)
+    return result
+
+
+# -- the explained survivors --------------------------------------------------------------------
+
+def _changed(diff: str) -> tuple[list[str], list[str]]:
+    removed, added = [], []
+    for line in diff.splitlines():
+        if line.startswith(("+++", "---")):
+            continue
+        if line[:1] == "-":
+            removed.append(line[1:].strip())
+        elif line[:1] == "+":
+            added.append(line[1:].strip())
+    return removed, added
+
+
+def string_only(diff: str) -> bool:
+    """The mutant only rewrites the text of a string literal the way mutmut's string
+    mutators do ("XX" around it, lower or upper case)."""
+    removed, added = _changed(diff)
+    return (len(removed) == len(added) and removed != added
+            and all(a.replace("XX", "").lower() == r.lower() for r, a in zip(removed, added)))
+
+
+def fingerprint(diff: str) -> str:
+    """What a mutant changes, independent of its number and of the lines around it: a hash
+    of its removed and added lines, whitespace-trimmed.  The mutants that only rewrite one
+    string literal's text share one fingerprint, "s" + a hash of the original line: one
+    entry explains all of them (a message is a message, however it is garbled)."""
+    removed, added = _changed(diff)
+    if string_only(diff):
+        return "s" + hashlib.sha256("\n".join(removed).encode()).hexdigest()[:9]
+    text = "\n".join(["-" + r for r in removed] + ["+" + a for a in added])
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def load_explained(path: Path) -> dict[tuple[str, str, str], str]:
+    """hack/mutation-survivors.txt: `module function fingerprint reason…` per line."""
+    explained: dict[tuple[str, str, str], str] = {}
+    if not path.is_file():
+        return explained
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 3)
+        if len(parts) < 4 or not parts[3].strip():
+            sys.exit(f"error: {path}:{number}: expected `module function fingerprint reason`")
+        explained[(parts[0], parts[1], parts[2])] = parts[3].strip()
+    return explained
+
+
+def report(results: list[Result], explained: dict[tuple[str, str, str], str],
+           full: bool) -> int:
+    rc = 0
+    print()
+    print(f"{'module':<18} {'killed':>6} {'total':>6} {'equiv':>6} {'msg':>4} {'score':>7} "
+          f"{'raw':>7} {'time':>7}")
+    used: set[tuple[str, str, str]] = set()
+    unexplained: list[tuple[Result, str]] = []
+    tiers: dict[str, list[int]] = {}
+    for r in results:
+        if r.error:
+            print(f"{r.target.name:<18} error: {r.error}")
+            rc = 1
+            continue
+        if r.unchecked:
+            print(f"{r.target.name:<18} error: {r.unchecked} of {r.total} mutants were not "
+                  "checked (the run was interrupted or is still going)")
+            rc = 1
+        equivalent = message = 0
+        for m in r.survivors:
+            key = (r.target.name, _function_of(m), fingerprint(r.diffs.get(m, "")))
+            if key in explained:
+                used.add(key)
+                if explained[key].startswith("equivalent"):
+                    equivalent += 1
+                else:
+                    message += 1
+            else:
+                unexplained.append((r, m))
+        t = tiers.setdefault(r.target.tier, [0, 0, 0, 0])
+        for i, n in enumerate((r.killed, r.total, equivalent, message)):
+            t[i] += n
+        print(f"{r.target.name:<18} {r.killed:>6} {r.total:>6} {equivalent:>6} {message:>4} "
+              f"{_pct(r.killed, r.total - equivalent):>6.1f}% {_pct(r.killed, r.total):>6.1f}% "
+              f"{r.seconds:>6.0f}s")
+    for tier, (killed, total, equivalent, message) in sorted(tiers.items()):
+        score = _pct(killed, total - equivalent)
+        goal = GOALS[tier]
+        verdict = "meets" if score >= goal else "BELOW"
+        print(f"tier {tier}: {killed} killed of {total} mutants, {equivalent} equivalent: "
+              f"score {score:.1f}% ({verdict} the goal of {goal:.0f}%; "
+              f"{_pct(killed, total):.1f}% counting the equivalent ones); "
+              f"{message} message-only survivors")
+        if score < goal and full:
+            rc = 1
+    print("score: killed / (total - equivalent); raw: killed / total.  Explained survivors: "
+          f"{SURVIVORS.relative_to(ROOT)}")
+    for r in results:
+        for m in r.survivors:
+            key = (r.target.name, _function_of(m), fingerprint(r.diffs.get(m, "")))
+            why = explained.get(key)
+            label = f"explained: {why}" if why else "UNEXPLAINED"
+            print(f"\n-- survivor ({r.statuses[m]}) {m}\n   {label}\n   line for "
+                  f"{SURVIVORS.relative_to(ROOT)}: {key[0]} {key[1]} {key[2]} <why>")
+            if not why:
+                print("   " + r.diffs.get(m, "").replace("\n", "\n   "))
+    ran = {r.target.name for r in results if not r.error}
+    stale = sorted(k for k in explained if k[0] in ran and k not in used
+                   and _ran_function(results, k))
+    for k in stale:
+        print(f"note: {SURVIVORS.relative_to(ROOT)}: {' '.join(k)} no longer survives "
+              "(killed, or the code changed): remove the line")
+    if unexplained:
+        print(f"\nerror: {len(unexplained)} survivor(s) neither killed nor explained in "
+              f"{SURVIVORS.relative_to(ROOT)}: kill each with a test that asserts the outcome "
+              "it breaks, or add its line saying why it is equivalent or message-only")
+        rc = 1
+    return rc
+
+
+def _pct(part: int, whole: int) -> float:
+    return 100.0 * part / whole if whole > 0 else 100.0
+
+
+def _ran_function(results: list[Result], key: tuple[str, str, str]) -> bool:
+    for r in results:
+        if r.target.name == key[0] and (not r.target.functions or key[1] in r.target.functions):
+            return True
+    return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    names = [t.name for t in TARGETS]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--module", action="append", choices=names, metavar="NAME",
+                        help=f"run only this target (repeatable): {', '.join(names)}")
+    parser.add_argument("--tier", choices=("core", "apiserver", "all"), default="core",
+                        help="which targets when no --module is given (default: core)")
+    parser.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATION_JOBS", "2")),
+                        help="mutmut's parallel workers (default 2)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="where the work copies go (default: a directory per checkout "
+                             "under $XDG_CACHE_HOME/kubectl-flux-plunger/mutation)")
+    parser.add_argument("--list", action="store_true", help="print the table and exit")
+    parser.add_argument("--report-only", action="store_true",
+                        help="run nothing: report the last run's results in the work copies "
+                             "against hack/mutation-survivors.txt as it is now")
+    args = parser.parse_args(argv)
+    if args.list:
+        for t in TARGETS:
+            only = f"  (only {', '.join(t.functions)})" if t.functions else ""
+            print(f"{t.name:<18} {t.tier:<10} {t.source}  <- {' '.join(t.tests)}{only}")
+        return 0
+    if args.module:
+        chosen = [t for t in TARGETS if t.name in args.module]
+    else:
+        chosen = [t for t in TARGETS if args.tier in ("all", t.tier)]
+    workdir = args.workdir or (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "kubectl-flux-plunger" / "mutation"
+        / f"{ROOT.name}-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:8]}"
+    )
+    workdir = workdir.resolve()
+    if workdir == ROOT or ROOT in workdir.parents:
+        # the tests check that the run leaves the checkout clean: work outside it
+        parser.error("--workdir must be outside the checkout")
+    explained = load_explained(SURVIVORS)
+    started = time.monotonic()
+    if args.report_only:
+        results = [collect(t, workdir) for t in chosen]
+    else:
+        results = [run_target(t, workdir, args.jobs) for t in chosen]
+    rc = report(results, explained, full=not args.module)
+    print(f"\nwall time: {time.monotonic() - started:.0f}s for {len(results)} module(s), "
+          f"{args.jobs} worker(s); work copies in {workdir}")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
