@@ -92,9 +92,12 @@ TARGETS: tuple[Target, ...] = (
         "Controllers.without", "from_items", "_of",
     )),
     # -- the executor, the survey against the API, the drain and the fence sweep ----------
-    Target("saga", "kubectl_flux_plunger/executor/saga.py", UNIT + (
+    Target("recover", "kubectl_flux_plunger/executor/recover.py", UNIT + (
         "tests/apiserver/test_saga_safety.py", "tests/apiserver/test_recovery.py",
         "tests/apiserver/test_crash.py", "tests/apiserver/test_flux_operator.py",
+    ), "apiserver"),
+    Target("classify", "kubectl_flux_plunger/executor/classify.py", UNIT + (
+        "tests/apiserver/test_saga_safety.py", "tests/apiserver/test_decision_rows.py",
     ), "apiserver"),
     Target("handshake", "kubectl_flux_plunger/executor/handshake.py", UNIT + (
         "tests/apiserver/test_saga_safety.py", "tests/apiserver/test_hook_deadline.py",
