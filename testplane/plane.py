@@ -6,7 +6,10 @@ writes an admin kubeconfig.  ``restart_apiserver()`` supports fault tests; ``sto
 ends both processes.  Logs are kept in the work directory and shown on failure.
 
 With ``FLUX_PLUNGER_TEST_KUBECONFIG`` set, ``existing()`` wraps that cluster instead
-(CRDs are installed if missing; nothing is started or stopped).
+(CRDs are installed if missing; nothing is started or stopped).  With
+``FLUX_PLUNGER_TEST_PLANE_DIR`` set, ``shared()`` joins a plane another process started in
+that work directory (its ``plane.json``): the audit log can be read, nothing is stopped or
+restarted (hack/mutation.py starts one plane for every mutant's pytest session).
 """
 from __future__ import annotations
 
@@ -101,6 +104,7 @@ class ControlPlane:
         self.port = 0
         self.files: dict[str, Path] = {}
         self.owned = True
+        self.shared_from = False  # joined through plane.json: the audit log is readable
         self.start_seconds = 0.0
 
     # -- lifecycle ---------------------------------------------------------------
@@ -111,6 +115,20 @@ class ControlPlane:
         plane.owned = False
         plane.kubeconfig = Path(kubeconfig)
         plane.install_crds()
+        return plane
+
+    @classmethod
+    def shared(cls, workdir: str | Path) -> "ControlPlane":
+        """The plane another process started in ``workdir`` (see ``start``'s plane.json)."""
+        plane = cls(Path(workdir))
+        try:
+            state = json.loads((plane.workdir / "plane.json").read_text())
+        except (OSError, ValueError) as exc:
+            raise PlaneError(f"no running control plane in {workdir}: {exc}") from None
+        plane.port = int(state["port"])
+        plane.files = {k: Path(v) for k, v in state["files"].items()}
+        plane.owned = False
+        plane.shared_from = True
         return plane
 
     def start(self, *, crds: bool = True) -> "ControlPlane":
@@ -127,6 +145,8 @@ class ControlPlane:
         self._write_admin_kubeconfig()
         if crds:
             self.install_crds(crd_dir)
+        (self.workdir / "plane.json").write_text(json.dumps(
+            {"port": self.port, "files": {k: str(v) for k, v in self.files.items()}}))
         self.start_seconds = time.monotonic() - started
         return self
 
@@ -198,7 +218,7 @@ class ControlPlane:
         """Audit events written after ``since``, optionally only those whose user agent
         starts with ``user_agent`` or whose user is ``user``.  Raises when this plane is an
         existing cluster (its audit log is not ours to read)."""
-        if not self.owned:
+        if not (self.owned or self.shared_from):
             raise PlaneError("the audit log is only available on a control plane started here")
         try:
             with open(self.audit_log, "rb") as fh:

@@ -93,6 +93,14 @@ def plane(tmp_path_factory):
     from testplane.binaries import BuildError
     from testplane.plane import ControlPlane, PlaneError
 
+    shared = os.environ.get("FLUX_PLUNGER_TEST_PLANE_DIR")
+    if shared:   # a plane another process started and stops (hack/mutation.py)
+        try:
+            joined = ControlPlane.shared(shared)
+        except PlaneError as exc:
+            pytest.fail(str(exc), pytrace=False)
+        yield joined
+        return
     existing = os.environ.get("FLUX_PLUNGER_TEST_KUBECONFIG")
     if existing:
         yield ControlPlane.existing(existing)
