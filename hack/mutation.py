@@ -32,6 +32,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -287,6 +288,10 @@ class SharedPlane:
             self.plane.stop()
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:  # noqa: ARG001 - a handler's signature
+    raise SystemExit(128 + signum)
+
+
 def run_target(target: Target, workdir: Path, jobs: int) -> Result:
     work = workdir / target.name
     print(f"== {target.name}: {target.source} against {' '.join(target.tests)}", flush=True)
@@ -514,6 +519,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.report_only:
         results = [collect(t, workdir) for t in chosen]
     elif any(t.tier == "apiserver" for t in chosen):
+        # SIGTERM/SIGHUP (a cancelled workflow, a closed terminal) end the run through the
+        # with-block, so the shared plane's etcd and kube-apiserver are stopped too
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _exit_on_signal)
         with SharedPlane(workdir):
             results = [run_target(t, workdir, args.jobs) for t in chosen]
     else:
