@@ -121,7 +121,7 @@ TARGETS: tuple[Target, ...] = (
     ), "apiserver"),
     Target("fence_sweep", "kubectl_flux_plunger/verbs/fence_sweep.py", UNIT, "apiserver"),
     Target("lease_survey", "kubectl_flux_plunger/kube/controller_lease.py", UNIT + (
-        "tests/apiserver/test_leases_everywhere.py",
+        "tests/apiserver/test_leases_everywhere.py", "tests/apiserver/test_lease_survey.py",
     ), "apiserver", max_jobs=1, functions=("read", "survey", "_fallback", "read_all",
                                "default_lease_namespace")),
 )
