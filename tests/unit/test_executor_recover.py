@@ -98,6 +98,7 @@ class Prims:
         return self._answer(self.fresh_answers.pop(0) if self.fresh_answers else hr_)
 
     def event(self, hr_, spec):
+        assert hr_["metadata"]["name"] == "demo"   # on the release itself
         self.events.append(spec.reason)
 
     def record(self, current, revision):
@@ -414,10 +415,13 @@ def test_without_a_watch_one_is_opened_for_the_recovery_and_closed(monkeypatch):
             self.closed = True
 
     monkeypatch.setattr(recover_mod, "ReleaseWatch", Own)
-    r, p, _ = make(handshake_timeout=7, handshake_window=1.0)
+    hs = Handshake()
+    r, p, _ = make(handshake=hs, handshake_timeout=7, handshake_window=1.0)
     rep = r.run(stuck(), None)
     assert rep.ending is not None and rep.ending.result is Result.RECOVERED
     assert len(opened) == 1 and opened[0].closed
+    assert hs.seen == [("101", opened[0])]   # the handshake waits on that watch
+    assert callable(p.calls[1][4])           # and the acquire rereads from it
     assert opened[0].args[0] is r.kube and opened[0].args[1] == "100"
     assert opened[0].args[2] == recover_mod.watch_timeout(r.opt)
 
