@@ -73,6 +73,7 @@ class World:
         self.released = released  # name -> released, for the release; default: all
         self.cost: dict[str, float] = {}
         self.executor: Executor | None = None
+        self.handed: list[tuple[str, object]] = []  # (step, the client it was handed)
         monkeypatch.setattr(fence_sweep, "time", self)
         monkeypatch.setattr(stop, "stop", self._stop)
         monkeypatch.setattr(stop, "wait_for_pods", self._wait_for_pods)
@@ -87,27 +88,32 @@ class World:
         self.now += self.cost.get(step, 0.0)
 
     def _stop(self, kube, namespace, name, *, wait, window, dry_run=False):
+        self.handed.append(("stop", kube))
         self.log.append(("stop", namespace, name, wait, window, dry_run))
         self._spend("stop")
         return self.stopped
 
     def _wait_for_pods(self, kube, namespace, selector, wait):
+        self.handed.append(("wait_for_pods", kube))
         self.log.append(("wait_for_pods", namespace, selector, wait))
         return stop.Stopped(found=True)
 
     def _check(self, kube, lease, *, stopped=(), namespaces=()):
+        self.handed.append(("check", kube))
         self.log.append(("check", lease, stopped, namespaces))
         self._spend("check")
         return self.check
 
     def _wait_uninstalls(self, executor, releases, timeout):
         self.executor = executor
+        self.handed.append(("wait_uninstalls", executor.kube))
         names = [hr["metadata"]["name"] for hr in releases]
         self.log.append(("wait_uninstalls", names, timeout))
         still, results = self.waited or ([], [])
         return [hr for hr in releases if hr["metadata"]["name"] in still], results
 
     def _run(self, kube, releases, **kw):
+        self.handed.append(("run", kube))
         names = [hr["metadata"]["name"] for hr in releases]
         self.log.append(("run", names, kw))
         return [
@@ -462,3 +468,20 @@ def test_the_second_look_reports_every_refence_sorted_after_the_rest(monkeypatch
         ("apps", "e", False, again),
         ("ops", "a", False, again),
     ]
+
+
+def test_every_step_is_handed_the_commands_client(monkeypatch):
+    world = World(monkeypatch, stopped=left(pods_left=["pod/ctl-1"]), waited=(["a"], []))
+    kube = Reads([fenced("a")], [plain("a")])
+    swept = fence_sweep.sweep(
+        kube, APPS, SweepOptions(stop_deployment=CTL, wait_uninstall=True), Told().hooks()
+    )
+    assert world.handed == [
+        ("stop", kube),
+        ("check", kube),
+        ("wait_uninstalls", kube),
+        ("run", kube),
+        ("wait_for_pods", kube),
+    ]
+    assert [c[0] for c in kube.calls] == ["LIST", "LIST"]
+    assert swept.results == [freed("a")]
