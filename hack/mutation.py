@@ -2,12 +2,13 @@
 """Mutation testing of the modules that decide what is written (issue 40), with mutmut.
 
 Each target below is one module run against the tests that cover it: the unit tier for the
-pure core, a targeted real-apiserver subset for the executor, the survey and the drain.  For
-every target the tree is copied (the files git tracks, plus new ones it does not ignore) into
-its own work directory outside the checkout, mutmut is configured there (setup.cfg: the
-module to mutate, the tests, every other top-level path the tests read), and ``mutmut run``
-mutates that one module.  The script then prints the score per module (killed / total) and
-every mutant that survived.
+pure core, a targeted real-apiserver subset for the executor, the survey and the drain.  The
+targets that share their tests run as one batch: the tree is copied (the files git tracks,
+plus new ones it does not ignore) into one work directory outside the checkout, mutmut is
+configured there (setup.cfg: the modules to mutate, the tests, every other top-level path
+the tests read), and one ``mutmut run`` mutates the batch's modules — its clean run and its
+stats run of the tests, a minute or more each, paid once.  The script then prints the score
+per module (killed / total) and every mutant that survived.
 
 A survivor must be explained in hack/mutation-survivors.txt (equivalent, or only changes a
 message) or killed by a new test.  An unexplained survivor makes the script exit 1, and so
@@ -116,9 +117,10 @@ TARGETS: tuple[Target, ...] = (
            "apiserver", deselect=OUTAGE),
     Target("primitives", "kubectl_flux_plunger/executor/primitives.py", UNIT + EXECUTOR,
            "apiserver", deselect=OUTAGE),
-    Target("drain", "kubectl_flux_plunger/executor/drain.py", UNIT + (
-        "tests/apiserver/test_serve_drain.py",
-    ), "apiserver"),
+    # the drain and the sweep take their clock, executor and hooks as arguments: the unit
+    # tier reaches every branch (tests/unit/test_executor_drain.py, test_fence_sweep_verb.py;
+    # the apiserver tests of both run serve or the CLI as a process and can kill nothing)
+    Target("drain", "kubectl_flux_plunger/executor/drain.py", UNIT, "apiserver"),
     Target("fence_sweep", "kubectl_flux_plunger/verbs/fence_sweep.py", UNIT, "apiserver"),
     Target("lease_survey", "kubectl_flux_plunger/kube/controller_lease.py", UNIT + (
         "tests/apiserver/test_leases_everywhere.py", "tests/apiserver/test_lease_survey.py",
@@ -163,7 +165,10 @@ def _copy_tree(dest: Path) -> list[str]:
 
 
 def _mutant_globs(target: Target) -> list[str]:
+    """mutmut's mutant-name patterns (fnmatch) for target: its functions, else its module."""
     module = target.source[:-3].replace("/", ".")
+    if not target.functions:
+        return [f"{module}.*"]
     return [f"{module}.{_mangle(fn)}__mutmut_*" for fn in target.functions]
 
 
@@ -184,7 +189,8 @@ def _function_of(mutant: str) -> str:
     return tail[2:] if tail.startswith("x_") else tail
 
 
-def _setup_cfg(target: Target, top: list[str]) -> str:
+def _setup_cfg(batch: list[Target], top: list[str]) -> str:
+    target = batch[0]  # the batch shares its tests, deselections and workers
     also = [p for p in top if p not in (PACKAGE, "setup.cfg")]
     pytest_args = ["-p", "no:cacheprovider"]
     for test in NOT_ON_MUTANTS + target.deselect:
@@ -196,7 +202,7 @@ def _setup_cfg(target: Target, top: list[str]) -> str:
     return (
         "[mutmut]\n"
         f"source_paths ={lines([PACKAGE])}\n"
-        f"only_mutate ={lines([target.source])}\n"
+        f"only_mutate ={lines(sorted({t.source for t in batch}))}\n"
         f"pytest_add_cli_args_test_selection ={lines(target.tests)}\n"
         f"pytest_add_cli_args ={lines(pytest_args)}\n"
         f"also_copy ={lines(also)}\n"
@@ -217,6 +223,7 @@ class Result:
     statuses: dict[str, str]  # mutant name -> status
     diffs: dict[str, str]  # not-killed mutant name -> its diff
     error: str = ""
+    batch: str = ""  # the work copy it ran in, with the other targets of its batch
 
     @property
     def counted(self) -> dict[str, str]:
@@ -292,31 +299,74 @@ def _exit_on_signal(signum: int, frame: object) -> None:  # noqa: ARG001 - a han
     raise SystemExit(128 + signum)
 
 
-def run_target(target: Target, workdir: Path, jobs: int) -> Result:
-    work = workdir / target.name
-    print(f"== {target.name}: {target.source} against {' '.join(target.tests)}", flush=True)
-    missing = [p for p in (target.source, *target.tests) if not (ROOT / p.split("::")[0]).exists()]
+def batches(chosen: list[Target]) -> list[list[Target]]:
+    """The chosen targets in batches that share one work copy and one mutmut run: the same
+    tests, deselections and workers (mutmut's clean run and its stats run of those tests,
+    a minute or more each, are then paid once per batch, not once per module).  Two targets
+    of one source file never share a batch (their mutants would be one set)."""
+    out: list[list[Target]] = []
+    for t in chosen:
+        for batch in out:
+            first = batch[0]
+            if ((first.tests, first.deselect, first.max_jobs) == (t.tests, t.deselect, t.max_jobs)
+                    and all(b.source != t.source for b in batch)):
+                batch.append(t)
+                break
+        else:
+            out.append([t])
+    return out
+
+
+def batch_name(batch: list[Target]) -> str:
+    if len(batch) == 1:
+        return batch[0].name
+    names = "+".join(t.name for t in batch)
+    return f"batch-{hashlib.sha256(names.encode()).hexdigest()[:10]}"
+
+
+INDEX = "index.json"  # in the work directory: target name -> the work copy of its last run
+
+
+def _index(workdir: Path) -> dict[str, str]:
+    try:
+        return json.loads((workdir / INDEX).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def run_batch(batch: list[Target], workdir: Path, jobs: int) -> list[Result]:
+    name = batch_name(batch)
+    work = workdir / name
+    tests = batch[0].tests
+    print(f"== {name}: {' '.join(t.source for t in batch)} against {' '.join(tests)}",
+          flush=True)
+    missing = [p for p in (*(t.source for t in batch), *tests)
+               if not (ROOT / p.split("::")[0]).exists()]
     if missing:
-        return Result(target, 0.0, {}, {}, error=f"the table (TARGETS in {Path(__file__).name}) "
-                      f"names what does not exist: {', '.join(missing)}: update it")
+        error = (f"the table (TARGETS in {Path(__file__).name}) names what does not exist: "
+                 f"{', '.join(missing)}: update it")
+        return [Result(t, 0.0, {}, {}, error=error, batch=name) for t in batch]
     start = time.monotonic()
     top = _copy_tree(work)
-    (work / "setup.cfg").write_text(_setup_cfg(target, top))
+    (work / "setup.cfg").write_text(_setup_cfg(batch, top))
     log = work / "mutmut.log"
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    globs = [g for t in batch for g in _mutant_globs(t)]
+    workers = min(jobs, batch[0].max_jobs or jobs)
     with log.open("w") as out:
         proc = subprocess.run(
-            [sys.executable, "-m", "mutmut", "run", "--max-children",
-             str(min(jobs, target.max_jobs or jobs)),
-             *_mutant_globs(target)],
+            [sys.executable, "-m", "mutmut", "run", "--max-children", str(workers), *globs],
             cwd=work, stdout=out, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL,
         )
     seconds = time.monotonic() - start
     (work / "seconds").write_text(f"{seconds:.1f}\n")
+    index = _index(workdir)
+    index.update({t.name: name for t in batch})
+    (workdir / INDEX).write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")
     if proc.returncode != 0:
-        return Result(target, seconds, {}, {},
-                      error=f"mutmut run exited {proc.returncode} (log: {log}):\n{_tail(log)}")
-    return collect(target, workdir)
+        error = f"mutmut run exited {proc.returncode} (log: {log}):\n{_tail(log)}"
+        return [Result(t, seconds, {}, {}, error=error, batch=name) for t in batch]
+    return [collect(t, workdir) for t in batch]
 
 
 def _tail(log: Path) -> str:
@@ -326,19 +376,20 @@ def _tail(log: Path) -> str:
 
 
 def collect(target: Target, workdir: Path) -> Result:
-    """The results of the last run in target's work copy."""
-    work = workdir / target.name
+    """The results of the last run in target's work copy (its batch's)."""
+    name = _index(workdir).get(target.name, target.name)
+    work = workdir / name
     meta = work / "mutants" / (target.source + ".meta")
     timing = work / "seconds"
     seconds = float(timing.read_text()) if timing.is_file() else 0.0
     if not meta.is_file():
-        return Result(target, seconds, {}, {}, error=f"no results in {work} (log: "
+        return Result(target, seconds, {}, {}, batch=name, error=f"no results in {work} (log: "
                       f"{work / 'mutmut.log'}):\n{_tail(work / 'mutmut.log')}")
     from mutmut.stats import status_by_exit_code
 
     codes = json.loads(meta.read_text())["exit_code_by_key"]
     statuses = {m: status_by_exit_code[c] for m, c in codes.items()}
-    result = Result(target, seconds, statuses, {})
+    result = Result(target, seconds, statuses, {}, batch=name)
     if result.survivors:
         proc = subprocess.run(
             [sys.executable, "-c", _DIFFS, json.dumps(result.survivors), target.source],
@@ -403,10 +454,11 @@ def report(results: list[Result], explained: dict[tuple[str, str, str], str],
     rc = 0
     print()
     print(f"{'module':<18} {'killed':>6} {'total':>6} {'equiv':>6} {'msg':>4} {'score':>7} "
-          f"{'raw':>7} {'time':>7}")
+          f"{'raw':>7} {'time':>7}  work copy (a batch's time is on its first line; ^ same)")
     used: set[tuple[str, str, str]] = set()
     unexplained: list[tuple[Result, str]] = []
     tiers: dict[str, list[int]] = {}
+    timed: set[str] = set()  # a batch's time is printed once, on its first target (^: same)
     for r in results:
         if r.error:
             print(f"{r.target.name:<18} error: {r.error}")
@@ -430,9 +482,12 @@ def report(results: list[Result], explained: dict[tuple[str, str, str], str],
         t = tiers.setdefault(r.target.tier, [0, 0, 0, 0])
         for i, n in enumerate((r.killed, r.total, equivalent, message)):
             t[i] += n
+        shown = r.batch not in timed
+        timed.add(r.batch)
+        when = f"{r.seconds:>6.0f}s" if shown else f"{'':>6}^"
         print(f"{r.target.name:<18} {r.killed:>6} {r.total:>6} {equivalent:>6} {message:>4} "
               f"{_pct(r.killed, r.total - equivalent):>6.1f}% {_pct(r.killed, r.total):>6.1f}% "
-              f"{r.seconds:>6.0f}s")
+              f"{when}  {r.batch}")
     for tier, (killed, total, equivalent, message) in sorted(tiers.items()):
         score = _pct(killed, total - equivalent)
         goal = GOALS[tier]
@@ -524,9 +579,9 @@ def main(argv: list[str] | None = None) -> int:
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, _exit_on_signal)
         with SharedPlane(workdir):
-            results = [run_target(t, workdir, args.jobs) for t in chosen]
+            results = [r for b in batches(chosen) for r in run_batch(b, workdir, args.jobs)]
     else:
-        results = [run_target(t, workdir, args.jobs) for t in chosen]
+        results = [r for b in batches(chosen) for r in run_batch(b, workdir, args.jobs)]
     rc = report(results, explained, full=not args.module)
     print(f"\nwall time: {time.monotonic() - started:.0f}s for {len(results)} module(s), "
           f"{args.jobs} worker(s); work copies in {workdir}")
