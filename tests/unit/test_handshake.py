@@ -72,6 +72,7 @@ class FakeKube:
 
     def watch_hrs(self, namespace, label_selector, resource_version, *, timeout_seconds,
                   field_selector=None, **kw):
+        assert len(self.watches) < 50, "watching on and on"
         self.watches.append({"namespace": namespace, "selector": label_selector,
                              "rv": resource_version, "timeout": timeout_seconds,
                              "field_selector": field_selector, **kw})
@@ -173,12 +174,15 @@ def test_an_error_event_re_reads_the_release_from_the_last_state_seen(clock):
     assert fresh.asked == [lagging]
 
 
-def test_a_failing_watch_re_reads_the_release_after_a_pause(clock):
+def test_a_failing_watch_re_reads_the_release_after_a_pause(clock, caplog):
     fresh = Fresh(held("105", observed=2))
     kube = FakeKube(clock, [kube_error(503, "ServiceUnavailable", "try later")])
     assert handshake(kube, fresh=fresh).await_handshake(held()) == held("105", observed=2)
     assert fresh.asked == [held()]
     assert clock.slept == [0.2]
+    assert [r.getMessage() for r in caplog.records if r.name == hs.__name__] == [
+        "watching default/demo for helm-controller's handshake failed (try later); "
+        "re-reading instead"]
 
 
 def test_the_wait_goes_on_from_the_last_state_seen_window_after_window(clock):
@@ -235,6 +239,7 @@ class FakeWatch:
         self.timeouts: list[float] = []
 
     def next(self, timeout: float) -> bool:
+        assert not self.ended and len(self.timeouts) < 50, "waiting on a stream that ended"
         self.timeouts.append(timeout)
         if self.states:
             self.latest = self.states.pop(0)
@@ -320,3 +325,28 @@ def test_on_the_opened_watch_the_stop_flag_is_heeded_between_windows(clock):
     with pytest.raises(Stopped):
         handshake(FakeKube(clock), stop=stop).await_handshake(held("100"), watch)  # type: ignore[arg-type]
     assert calls == [0, 1, 2] and watch.timeouts == [5.0, 5.0]
+
+
+def test_on_the_opened_watch_a_release_without_a_generation_takes_every_state(clock):
+    # no generation to tell older states from: whatever the stream carries is the newest
+    bare = held("100")
+    del bare["metadata"]["generation"]
+    going = held("101", deletion_timestamp="2026-11-30T11:59:00Z")
+    del going["metadata"]["generation"]
+    watch = FakeWatch(clock, going, ends=True)
+    kube = FakeKube(clock, [[modified(held("102", observed=2))]])
+    assert handshake(kube).await_handshake(bare, watch) == going  # type: ignore[arg-type]
+    assert kube.watches == []
+
+
+def test_on_the_opened_watch_a_state_without_a_generation_is_not_our_acquire(clock):
+    # the acquire is generation 1 (first suspend of a fresh release); a state without a
+    # generation cannot be shown to be at least as new
+    acquired = held("100", generation=1, observed=None)
+    bare = held("101", deletion_timestamp="2026-11-30T11:59:00Z")
+    del bare["metadata"]["generation"]
+    caught_up = held("102", generation=1, observed=1)
+    watch = FakeWatch(clock, bare, ends=True)
+    kube = FakeKube(clock, [[modified(caught_up)]])
+    assert handshake(kube).await_handshake(acquired, watch) == caught_up  # type: ignore[arg-type]
+    assert [w["rv"] for w in kube.watches] == ["100"]

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from kubectl_flux_plunger.executor import handshake as hs
 from kubectl_flux_plunger.executor.handshake import InitialStateUnknown, ReleaseWatch
 from kubectl_flux_plunger.kube import INITIAL_EVENTS_END, Unreachable, kube_error
 
@@ -237,8 +238,10 @@ def test_a_bookmark_that_does_not_end_the_initial_events_leaves_the_state_unknow
     kube = FeedKube()
     for item in (bookmark(), bookmark("false")):
         kube.feed.put(item)
+    started = time.monotonic()
     with pytest.raises(InitialStateUnknown, match=f"{NS}/{NAME} gave no initial state$"):
         ReleaseWatch.read(kube, NS, NAME, timeout=30, first_wait=0.3)  # type: ignore[arg-type]
+    assert time.monotonic() - started < 5  # the first wait bounds it, not the stream
     assert kube.resp.calls  # closed on the way out
 
 
@@ -372,6 +375,24 @@ def test_newer_than_keeps_a_newer_state_the_stream_carried_before_it_ended(opene
     assert watch.ended
 
 
+def test_newer_than_cannot_tell_once_the_stream_ended_on_the_409ed_state(opened_watches):
+    # the stream was behind: it catches up to the state the 409 was about, then ends
+    kube = FeedKube()
+    watch = watch_on(kube, _hr("5"), opened_watches)
+    kube.feed.put(ev("MODIFIED", _hr("6")))
+    kube.feed.put(STOP)
+    assert watch.newer_than(_hr("6"), 5) is None
+    assert watch.ended and watch.latest == _hr("6")
+
+
+def test_newer_than_a_release_deleted_before_the_stream_ended_is_none(opened_watches):
+    kube = FeedKube()
+    watch = watch_on(kube, _hr("5"), opened_watches)
+    kube.feed.put(ev("DELETED", _hr("6")))
+    kube.feed.put(STOP)
+    assert watch.newer_than(_hr("5"), 5) is None and watch.ended
+
+
 def test_newer_than_a_deleted_release_is_none(opened_watches):
     kube = FeedKube()
     watch = watch_on(kube, _hr("5"), opened_watches)
@@ -387,9 +408,97 @@ def test_settle_takes_the_replay_since_the_read(opened_watches):
     for rv in ("6", "7", "8"):
         kube.feed.put(ev("MODIFIED", _hr(rv)))
     watch = watch_on(kube, _hr("5"), opened_watches)
+    assert wait_for(lambda: watch._q.qsize() >= 3)  # the replay is in
     assert watch.settle() == _hr("8")
 
 
 def test_settle_on_a_quiet_release_is_the_read(opened_watches):
     watch = watch_on(FeedKube(), _hr("5"), opened_watches)
     assert watch.settle() == _hr("5")
+
+
+# -- waiting for what comes later ------------------------------------------------------------
+
+
+def later(kube: FeedKube, *items, after: float = 0.1) -> threading.Timer:
+    """Feed ``items`` once ``after`` seconds have passed (the waits below are far longer)."""
+    timer = threading.Timer(after, lambda: [kube.feed.put(item) for item in items])
+    timer.start()
+    return timer
+
+
+def test_next_waits_for_a_change_that_comes_later(opened_watches):
+    kube = FeedKube()
+    watch = watch_on(kube, _hr("5"), opened_watches)
+    later(kube, ev("MODIFIED", _hr("6")))
+    assert watch.next(10) is True and watch.latest == _hr("6")
+
+
+def test_the_initial_state_may_come_later_within_the_first_wait():
+    kube = FeedKube()
+    later(kube, ev("ADDED", _hr("5")), bookmark("true"))
+    hr, watch = ReleaseWatch.read(kube, NS, NAME, timeout=30, first_wait=10)  # type: ignore[arg-type]
+    watch.close()
+    assert hr == _hr("5")
+
+
+def test_newer_than_waits_for_a_newer_state_that_comes_later(opened_watches):
+    kube = FeedKube()
+    watch = watch_on(kube, _hr("5"), opened_watches)
+    later(kube, ev("MODIFIED", _hr("6")))
+    assert watch.newer_than(_hr("5"), 10) == _hr("6")
+
+
+def test_settle_waits_out_a_burst_of_writes_only_up_to_its_bound(opened_watches, monkeypatch):
+    monkeypatch.setattr(hs, "SETTLE_BOUND", 0.3)
+    kube = FeedKube()
+    stop = threading.Event()
+    fed: list[str] = []
+
+    def writer() -> None:  # helm-controller writing every 20 ms, for far longer than the bound
+        for n in range(6, 400):
+            fed.append(str(n))
+            kube.feed.put(ev("MODIFIED", _hr(str(n))))
+            if stop.wait(0.02):
+                return
+
+    thread = threading.Thread(target=writer, daemon=True)
+    watch = watch_on(kube, _hr("5"), opened_watches)
+    thread.start()
+    assert wait_for(lambda: watch._q.qsize() >= 1)  # the burst is under way
+    started = time.monotonic()
+    try:
+        settled = watch.settle()
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        thread.join(5)
+    assert settled is not None and settled["metadata"]["resourceVersion"] in fed
+    assert took < 3  # the writer goes on for 8 s
+
+
+def test_settle_waits_no_longer_than_its_bound_for_a_pause(opened_watches, monkeypatch):
+    # a pause is waited for only as long as the bound leaves
+    monkeypatch.setattr(hs, "SETTLE_BOUND", 0.2)
+    monkeypatch.setattr(hs, "SETTLE_QUIET", 30.0)
+    kube = FeedKube()
+    kube.feed.put(ev("MODIFIED", _hr("6")))
+    watch = watch_on(kube, _hr("5"), opened_watches)
+    assert wait_for(lambda: watch._q.qsize() >= 1)  # the replay is in
+    started = time.monotonic()
+    assert watch.settle() == _hr("6")
+    assert time.monotonic() - started < 0.9
+
+
+def test_settle_on_a_stream_that_never_opens_is_the_read_within_its_bound(monkeypatch):
+    monkeypatch.setattr(hs, "SETTLE_BOUND", 0.2)
+    gate = threading.Event()
+    kube = FeedKube(open_first=gate)
+    watch = ReleaseWatch(kube, _hr("5"), 30)  # type: ignore[arg-type]
+    started = time.monotonic()
+    try:
+        assert watch.settle() == _hr("5")
+        assert time.monotonic() - started < 5  # the stream would open after 10 s
+    finally:
+        watch.close()
+        gate.set()
