@@ -185,13 +185,15 @@ def test_a_failing_watch_re_reads_the_release_after_a_pause(clock, caplog):
         "re-reading instead"]
 
 
-def test_the_wait_goes_on_from_the_last_state_seen_window_after_window(clock):
+@pytest.mark.parametrize("timeout,windows", [(12, [5, 5, 2]), (11, [5, 5, 1])])
+def test_the_wait_goes_on_from_the_last_state_seen_window_after_window(clock, timeout,
+                                                                       windows):
     kube = FakeKube(clock, [[modified(held("101"))], [modified(held("102"))], []])
-    state = handshake(kube, timeout=12, window=5).await_handshake(held("100"))
-    # three windows fill the 12 s, each from the rv the previous one ended on; then the
+    state = handshake(kube, timeout=timeout, window=5).await_handshake(held("100"))
+    # three windows fill the timeout, each from the rv the previous one ended on; then the
     # last state seen (still lagging) is the answer
     assert [w["rv"] for w in kube.watches] == ["100", "101", "102"]
-    assert [w["timeout"] for w in kube.watches] == [5, 5, 2]
+    assert [w["timeout"] for w in kube.watches] == windows
     assert state == held("102")
 
 
@@ -293,7 +295,7 @@ def test_on_the_opened_watch_a_release_no_longer_ours_to_wait_on_ends_it(clock, 
     watch = FakeWatch(clock, held("100"), [state])
     kube = FakeKube(clock)
     assert handshake(kube).await_handshake(held("100"), watch) == state  # type: ignore[arg-type]
-    assert kube.watches == []
+    assert kube.watches == [] and watch.timeouts == [5.0]  # at once: no window waited out
 
 
 def test_an_opened_watch_that_ends_early_is_carried_on_by_a_watch_from_its_last_state(clock):
@@ -305,12 +307,13 @@ def test_an_opened_watch_that_ends_early_is_carried_on_by_a_watch_from_its_last_
     assert clock.now == 1000.0  # nothing waited a window out
 
 
-def test_on_the_opened_watch_the_wait_is_bounded_in_windows(clock):
+@pytest.mark.parametrize("timeout,windows", [(12, [5.0, 5.0, 2.0]), (11, [5.0, 5.0, 1.0])])
+def test_on_the_opened_watch_the_wait_is_bounded_in_windows(clock, timeout, windows):
     watch = FakeWatch(clock, held("100"))
     kube = FakeKube(clock)
-    state = handshake(kube, timeout=12, window=5).await_handshake(held("100"), watch)  # type: ignore[arg-type]
+    state = handshake(kube, timeout=timeout, window=5).await_handshake(held("100"), watch)  # type: ignore[arg-type]
     assert state == held("100")
-    assert watch.timeouts == [5.0, 5.0, 2.0]
+    assert watch.timeouts == windows
     assert kube.watches == []  # the time is up: no watch of its own
 
 

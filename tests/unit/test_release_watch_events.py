@@ -355,7 +355,9 @@ def test_newer_than_is_the_state_already_carried_when_it_is_newer(opened_watches
 
 def test_newer_than_cannot_tell_when_nothing_came(opened_watches):
     watch = watch_on(FeedKube(), _hr("5"), opened_watches)
+    started = time.monotonic()
     assert watch.newer_than(_hr("5"), 0.2) is None
+    assert time.monotonic() - started < 5  # its timeout, not the stream's end (10 s)
 
 
 def test_newer_than_cannot_tell_once_the_stream_ended_on_that_state(opened_watches):
@@ -502,3 +504,17 @@ def test_settle_on_a_stream_that_never_opens_is_the_read_within_its_bound(monkey
     finally:
         watch.close()
         gate.set()
+
+
+def test_settle_under_writes_that_never_pause_is_their_newest_at_the_bound(opened_watches,
+                                                                          monkeypatch):
+    monkeypatch.setattr(hs, "SETTLE_BOUND", 0.05)
+    kube = FeedKube()
+    events = [ev("MODIFIED", _hr(str(n))) for n in range(6, 16)]
+    for _ in range(20000):  # a flood: the stream always has the next write ready
+        for item in events:
+            kube.feed.put(item)
+    watch = watch_on(kube, _hr("5"), opened_watches)
+    assert wait_for(lambda: watch._q.qsize() >= 1000)
+    settled = watch.settle()
+    assert settled is not None and settled in [item["object"] for item in events]
