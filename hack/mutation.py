@@ -14,10 +14,11 @@ A survivor must be explained in hack/mutation-survivors.txt (equivalent, or only
 message) or killed by a new test.  An unexplained survivor makes the script exit 1, and so
 does a tier whose score over a full run is below its goal.
 
-    ./hack/mutation.sh                      the pure core (the unit tier; minutes)
+    ./hack/mutation.sh                      every target: the core and the apiserver ones (a
+                                            real control plane: the test binaries are built
+                                            or taken from hack/setup.sh's cache)
+    ./hack/mutation.sh --tier core          the pure core only (the unit tier; minutes)
     ./hack/mutation.sh --module plan        one module (repeatable)
-    ./hack/mutation.sh --tier all           the core and the apiserver targets (needs the
-                                            test binaries: hack/setup.sh)
     ./hack/mutation.sh --list               the table: module, source, tests, tier
 
 Run through hack/mutation.sh, which installs hack/requirements-mutation.txt and runs this
@@ -75,8 +76,7 @@ OUTAGE = ("tests/apiserver/test_recovery.py::"
 GOALS = {"core": 95.0, "apiserver": 90.0}  # % killed, over every target of the tier
 
 # -- the table: module -> the tests that cover it -----------------------------------------
-# The executor's entries follow issue 39's split into one module per action: check their
-# paths and test subsets after it lands (they are not run by default: --tier apiserver).
+# The executor's entries follow issue 39's split into one module per action.
 # Only tests that call the module in the pytest process count: mutmut switches mutants on
 # inside that process, so a test that runs the CLI or serve as a subprocess (most of
 # tests/apiserver/test_cli_verbs.py, test_leases_everywhere.py, serve's drain) runs the
@@ -539,8 +539,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--module", action="append", choices=names, metavar="NAME",
                         help=f"run only this target (repeatable): {', '.join(names)}")
-    parser.add_argument("--tier", choices=("core", "apiserver", "all"), default="core",
-                        help="which targets when no --module is given (default: core)")
+    parser.add_argument("--tier", choices=("core", "apiserver", "all"), default="all",
+                        help="which targets when no --module is given (default: all)")
     parser.add_argument("--jobs", type=int, default=int(os.environ.get("MUTATION_JOBS", "2")),
                         help="mutmut's parallel workers (default 2)")
     parser.add_argument("--workdir", type=Path, default=None,

@@ -4,10 +4,12 @@
 # .ci/run (.github/workflows/mutation.yml runs it weekly).  From a fresh clone it creates .venv
 # with the package and the test requirements when there is none, then adds mutmut.
 #
-#   ./hack/mutation.sh                  the pure core against the unit tier
+#   ./hack/mutation.sh                  every target: the pure core against the unit tier,
+#                                       the executor, survey, drain and sweep against theirs
+#                                       (with one real control plane; ./hack/setup.sh caches
+#                                       its binaries)
+#   ./hack/mutation.sh --tier core      the pure core only
 #   ./hack/mutation.sh --module plan    one module (see --list)
-#   ./hack/mutation.sh --tier all       also the executor/survey/drain targets against their
-#                                       real-apiserver subsets (first: ./hack/setup.sh)
 #   MUTATION_JOBS=1 ./hack/mutation.sh  one worker (default 2); MUTATION_NICE (default 19)
 set -euo pipefail
 cd "$(dirname "$0")/.."
