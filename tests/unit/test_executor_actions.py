@@ -23,12 +23,38 @@ from kubectl_flux_plunger.executor.switch import Switch
 from kubectl_flux_plunger.kube import KubeError
 
 from .builders import OURS, hr
-from .test_executor_recover import Handshake, Kube, Prims, Recorder, Watch, stuck
+from .test_executor_recover import Handshake, Kube, Watch, stuck
+from .test_executor_recover import Prims as _Prims
+from .test_executor_recover import Recorder as _Recorder
 
 pytestmark = pytest.mark.unit
 
 NO_LONGER_OURS = ("the suspension is no longer ours (another manager took spec.suspend, or "
                   "the release is gone): nothing of ours to lift")
+
+
+class Prims(_Prims):
+    """The write primitives, also noting which release each Event is on."""
+
+    def __init__(self, **kw: object):
+        super().__init__(**kw)
+        self.events_on: list[str] = []
+
+    def event(self, hr_, spec):
+        self.events_on.append(hr_["metadata"]["resourceVersion"])
+        super().event(hr_, spec)
+
+
+class Recorder(_Recorder):
+    """The Event recorder, also noting which release each Event is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.on: list[str | None] = []
+
+    def record(self, hr_, reason, type_, message, metadata=None):
+        self.on.append(hr_["metadata"]["resourceVersion"] if hr_ else None)
+        super().record(hr_, reason, type_, message, metadata)
 
 
 def ours() -> dict:
@@ -81,7 +107,7 @@ def test_relinquish_that_fails_warns_and_says_what_is_left():
     rep = Relinquish(p).run(ours())
     assert rep == Report(failed(f"could not lift our suspension: etcd down; "
                                 f"{leftover_hint(ours())}"))
-    assert p.events == [plan.UNSUSPEND_FAILED.reason]
+    assert p.events == [plan.UNSUSPEND_FAILED.reason] and p.events_on == ["200"]
 
 
 def test_relinquish_that_lost_a_race_fails_without_a_warning():
@@ -169,7 +195,7 @@ def test_the_switch_relinquishes_after_the_decisions_event():
     sw, p, _ = switch()
     rep = sw.run(ours(), decision(plan.Action.RELINQUISH, plan.SUSPENSION_NOT_OWNED), None)
     assert rep.ending == Ending(Result.RELINQUISHED)
-    assert p.events == [plan.SUSPENSION_NOT_OWNED.reason]
+    assert p.events == [plan.SUSPENSION_NOT_OWNED.reason] and p.events_on == ["200"]
     assert p.kinds() == ["relinquish"]
 
 
@@ -228,6 +254,7 @@ def test_a_failed_recovery_is_announced_with_its_cause_as_metadata():
     sw.announce(stuck(), decision(plan.Action.RECOVER), FAILED_RECOVERY)
     spec = plan.RECOVERY_FAILED
     assert rec.records == [(spec.reason, spec.type, spec.message, {"error": "etcd down"})]
+    assert rec.on == ["100"]
 
 
 def test_a_failed_recovery_without_words_is_announced_with_an_empty_cause():
@@ -242,6 +269,7 @@ def test_a_recovery_that_leaves_the_release_stuck_is_announced_with_its_cause():
     spec = plan.RECOVERY_SKIPPED[plan.Stuck.NO_STORAGE]
     assert rec.records == [(spec.reason, spec.type, spec.message,
                             {"cause": "no-storage", "detail": "no storage at all"})]
+    assert rec.on == ["100"]
 
 
 def test_a_stuck_skip_without_words_is_announced_with_an_empty_detail():

@@ -379,6 +379,13 @@ def test_settle_records_a_decisions_event_though_nothing_is_written(monkeypatch)
     assert out.result is Result.UNCHANGED
 
 
+def test_settle_hands_the_fresh_read_to_the_pass_even_when_it_now_needs_nothing(monkeypatch):
+    ex, r, sw = make(monkeypatch, (healthy("301"), None), reports=(Report(),))
+    out = ex.settle(stuck())
+    assert sw.runs == [("301", plan.Row.HEALTHY, None)]
+    assert (out.result, out.row, out.settled) == (Result.UNCHANGED, plan.Row.HEALTHY, "301")
+
+
 def test_settle_uses_a_fresh_read_as_is_and_closes_its_watch(monkeypatch):
     w = Watch()
     ex, r, sw = make(monkeypatch, reports=(RECOVERED,))
@@ -553,3 +560,27 @@ def test_the_executor_hands_its_primitives_to_its_callers():
     assert ex.lift_sole_suspension == ex.prims.lift_sole_suspension
     assert ex.opt == Options() and not ex.recorder.enabled
     assert ex.remotes.local is ex.kube and ex.prims.remotes is ex.remotes
+
+
+def test_the_executor_wires_one_client_options_clock_and_stop_flag_through():
+    kube, remotes, recorder, opt = Kube(), object(), object(), Options(allow_recover=False)
+
+    def clock():
+        return NOW
+
+    def stop():
+        return False
+
+    ex = Executor(kube, recorder, options=opt, clock=clock, should_stop=stop,  # type: ignore
+                  remotes=remotes)  # type: ignore[arg-type]
+    assert (ex.kube, ex.remotes, ex.recorder, ex.opt, ex.clock, ex.should_stop) == (
+        kube, remotes, recorder, opt, clock, stop)
+    p = ex.prims
+    assert (p.kube, p.remotes, p.recorder, p.opt, p.clock) == (kube, remotes, recorder, opt, clock)
+    h = ex.handshake
+    assert (h.kube, h.opt, h.should_stop, h.fresh) == (kube, opt, stop, p.fresh)
+    sw = ex.switch
+    assert (sw.kube, sw.prims, sw.recorder, sw.opt) == (kube, p, recorder, opt)
+    rec = sw.recover
+    assert (rec.kube, rec.prims, rec.handshake, rec.recorder, rec.opt, rec.should_stop) == (
+        kube, p, h, recorder, opt, stop)
