@@ -149,6 +149,7 @@ def test_a_pass_decides_on_the_fresh_read_acts_on_its_watch_and_closes_it(monkey
     assert sw.runs == [("100", plan.Row.LIVE_STUCK, w)]
     assert (out.result, out.detail, out.row, out.revision) == (
         Result.RECOVERED, "deleted it", plan.Row.LIVE_STUCK, 2)
+    assert (out.namespace, out.name) == (NS, NAME)
     assert w.closed == 1
 
 
@@ -247,6 +248,23 @@ def test_a_gone_release_is_not_asked_about_cover(monkeypatch):
     ex, _, sw = make(monkeypatch, (None, None), covered=check)
     ex.reconcile(NS, NAME)
     assert asked == [] and len(sw.runs) == 1
+
+
+def test_a_wait_for_the_uninstall_is_decided_on_the_clock_and_not_left_to_a_controller(
+    monkeypatch,
+):
+    check, asked = covering()
+    ex, _, sw = make(monkeypatch, (waiting(), None), covered=check)
+    out = ex.reconcile(NS, NAME)
+    assert asked == [] and sw.runs == [("400", plan.Row.TERMINATING_FENCED_WAITING, None)]
+    assert out.row == plan.Row.TERMINATING_FENCED_WAITING
+
+
+def test_a_pass_limited_to_rows_decides_a_wait_on_the_clock(monkeypatch):
+    ex, _, sw = make(monkeypatch, (waiting(), None))
+    out = ex.reconcile(NS, NAME, only_rows=frozenset({plan.Row.LIVE_SUSPENDED_OWNED}))
+    assert (out.result, out.row) == (Result.UNCHANGED, plan.Row.TERMINATING_FENCED_WAITING)
+    assert sw.runs == []
 
 
 def test_a_pass_that_fails_to_act_still_closes_the_watch(monkeypatch):
@@ -411,6 +429,13 @@ def test_settle_of_a_listed_copy_found_outside_the_selector_writes_nothing(monke
     assert sw.runs == [] and w.closed == 1
 
 
+def test_settle_decides_a_listed_wait_on_the_clock(monkeypatch):
+    ex, r, sw = make(monkeypatch, (waiting("401"), None))
+    out = ex.settle(waiting())
+    assert len(r.calls) == 1 and sw.runs == [("401", plan.Row.TERMINATING_FENCED_WAITING, None)]
+    assert (out.namespace, out.name, out.row) == (NS, NAME, plan.Row.TERMINATING_FENCED_WAITING)
+
+
 def test_settle_limited_to_rows_decides_again_on_the_fresh_read(monkeypatch):
     only = frozenset({plan.Row.LIVE_SUSPENDED_OWNED})
     ex, r, sw = make(monkeypatch, (healthy("301"), None))
@@ -448,6 +473,7 @@ def test_settle_leaves_a_covered_write_to_the_running_controller(monkeypatch):
     ex, _, sw = make(monkeypatch, covered=check)
     out = ex.settle(stuck(), fresh=True)
     assert (out.result, out.controller) == (Result.DEFERRED, "flux-plunger-a")
+    assert (out.namespace, out.name) == (NS, NAME)
     assert asked == ["100"] and sw.runs == []
 
 
@@ -457,6 +483,7 @@ def test_after_a_clean_up_settle_decides_again_and_joins_the_steps(monkeypatch):
     assert [(run[0], run[2]) for run in sw.runs][1] == ("202", None)  # no watch past the first
     assert out.result is Result.RECOVERED
     assert out.steps == ["lifted our suspension", "suspended", "deleted"]
+    assert (out.namespace, out.name) == (NS, NAME)
     assert ex.kube.got == [(NS, NAME)]  # type: ignore[attr-defined]
 
 
