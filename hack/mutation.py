@@ -117,6 +117,14 @@ TARGETS: tuple[Target, ...] = (
            "apiserver", deselect=OUTAGE),
     Target("primitives", "kubectl_flux_plunger/executor/primitives.py", UNIT + EXECUTOR,
            "apiserver", deselect=OUTAGE),
+    Target("executor", "kubectl_flux_plunger/executor/executor.py", UNIT + EXECUTOR,
+           "apiserver", deselect=OUTAGE),
+    Target("relinquish", "kubectl_flux_plunger/executor/relinquish.py", UNIT + EXECUTOR,
+           "apiserver", deselect=OUTAGE),
+    Target("remove_fence", "kubectl_flux_plunger/executor/remove_fence.py", UNIT + EXECUTOR,
+           "apiserver", deselect=OUTAGE),
+    Target("switch", "kubectl_flux_plunger/executor/switch.py", UNIT + EXECUTOR,
+           "apiserver", deselect=OUTAGE),
     # the drain and the sweep take their clock, executor and hooks as arguments: the unit
     # tier reaches every branch (tests/unit/test_executor_drain.py, test_fence_sweep_verb.py;
     # the apiserver tests of both run serve or the CLI as a process and can kill nothing)
