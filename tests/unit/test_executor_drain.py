@@ -17,24 +17,11 @@ from kubectl_flux_plunger.executor import Outcome, Result
 from kubectl_flux_plunger.executor.drain import DONE, Drain, DrainReport, released
 from kubectl_flux_plunger.kube import KubeError
 
+from .fakes import Clock
+
 pytestmark = pytest.mark.unit
 
 ROWS = frozenset({Row.TERMINATING_FENCED_WAITING})
-
-
-class Clock:
-    """The time, moved only by ``sleep`` and by whoever sets ``now``."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
 
 
 class Executor:

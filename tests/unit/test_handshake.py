@@ -21,28 +21,16 @@ from kubectl_flux_plunger.executor.outcome import Stopped
 from kubectl_flux_plunger.kube import kube_error
 
 from .builders import OURS, hr
+from .fakes import Clock
 
 pytestmark = pytest.mark.unit
 
 
-class Clock:
-    """``time`` as the handshake module sees it: monotonic() and sleep()."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.slept: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
 
 
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    c = Clock()
+    c = Clock(1000.0)  # ``time`` as the handshake module sees it
     monkeypatch.setattr(hs, "time", c)
     return c
 

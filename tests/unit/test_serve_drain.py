@@ -21,22 +21,11 @@ from kubectl_flux_plunger.serve.options import DrainOptions
 
 from .builders import OURS, hr
 
+from .fakes import Clock
+
 pytestmark = pytest.mark.unit
 
 DELETED = "2026-11-30T11:59:00Z"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
 
 
 class Cluster:
