@@ -239,11 +239,15 @@ def test_every_rule_evaluates_on_a_real_serves_series_and_its_alerts_go_off(
         # a release left stuck (its newest revision's payload is corrupt)
         stuck_release(cluster, ns, "remote", spec={"kubeConfig": {"secretRef": {
             "name": "no-such-kubeconfig"}}})
-        stuck_release(cluster, ns, "corrupt", revisions=[(1, "superseded")])
+        # (its storage whole before it is reported stuck: the serve watches HelmReleases,
+        # not Secrets, so a corrupt revision written after the report is never looked at)
+        cluster.create_hr(ns, "corrupt")
+        cluster.storage(ns, "corrupt", [(1, "superseded")])
         bad = storage.make_storage_secret("corrupt", ns, 2, "uninstalling")
         bad["data"]["release"] = "bm90IGd6aXAgbm9yIGpzb24="   # base64("not gzip nor json")
         cluster.kube.request("CREATE", "POST", core_path("secrets", ns), body=bad,
                              content_type=JSON)
+        cluster.make_stuck(ns, "corrupt")
         eventually(lambda: (leader.metric("flux_plunger_recoveries_total", result="failed")
                             or 0) >= 1, 30, "a failed recovery")
         eventually(lambda: leader.metric("flux_plunger_releases_left_stuck",
