@@ -240,7 +240,7 @@ def test_every_rule_evaluates_on_a_real_serves_series_and_its_alerts_go_off(
         stuck_release(cluster, ns, "remote", spec={"kubeConfig": {"secretRef": {
             "name": "no-such-kubeconfig"}}})
         # (its storage whole before it is reported stuck: the serve watches HelmReleases,
-        # not Secrets, so a corrupt revision written after the report is never looked at)
+        # not Secrets, so a corrupt revision written after the report waits for the resync)
         cluster.create_hr(ns, "corrupt")
         cluster.storage(ns, "corrupt", [(1, "superseded")])
         bad = storage.make_storage_secret("corrupt", ns, 2, "uninstalling")
