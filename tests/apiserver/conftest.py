@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from kubectl_flux_plunger.core import constants as C
-from kubectl_flux_plunger.core import writes
+from kubectl_flux_plunger.core import storage, writes
 from kubectl_flux_plunger.report.events import Recorder
-from kubectl_flux_plunger.kube import KubeError
+from kubectl_flux_plunger.kube import JSON, KubeError, core_path
 from kubectl_flux_plunger.executor import Executor, Options
 from testplane.cluster import SimulatedHelmController
 
@@ -75,6 +75,14 @@ def stuck_release(cluster, ns, name="demo", revisions=((1, "superseded"), (2, "u
     cluster.storage(storage_ns or ns, release or name, list(revisions))
     return cluster.make_stuck(ns, name, release=release)
 
+
+def corrupt_revision(cluster, ns, release="demo", number=2):
+    """Helm storage revision ``number`` of ``release``, ``uninstalling`` by its label, whose
+    payload is no Helm Release (base64 of "not gzip nor json")."""
+    bad = storage.make_storage_secret(release, ns, number, "uninstalling")
+    bad["data"]["release"] = "bm90IGd6aXAgbm9yIGpzb24="
+    return cluster.kube.request("CREATE", "POST", core_path("secrets", ns), body=bad,
+                                content_type=JSON)
 
 def read_counts(plane) -> dict[str, int]:
     """The client-side count of a recovery's named read and the stream it waits on, on this

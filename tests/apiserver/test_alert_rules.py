@@ -18,10 +18,9 @@ import pytest
 import yaml
 
 from kubectl_flux_plunger.core import constants as C
-from kubectl_flux_plunger.core import storage
-from kubectl_flux_plunger.kube import JSON, core_path
+from kubectl_flux_plunger.kube import JSON
 from kubectl_flux_plunger.core.plan import RECOVERY_FAILED, RECOVERY_SKIPPED, Stuck
-from tests.apiserver.conftest import hold, stuck_release
+from tests.apiserver.conftest import corrupt_revision, hold, stuck_release
 from tests.apiserver.test_deploy_manifests import find, helm, render_chart  # noqa: F401
 from tests.apiserver.test_serve_support import FAST, serve  # noqa: F401 - fixture
 from testplane import binaries, promrules
@@ -243,10 +242,7 @@ def test_every_rule_evaluates_on_a_real_serves_series_and_its_alerts_go_off(
         # not Secrets, so a corrupt revision written after the report waits for the resync)
         cluster.create_hr(ns, "corrupt")
         cluster.storage(ns, "corrupt", [(1, "superseded")])
-        bad = storage.make_storage_secret("corrupt", ns, 2, "uninstalling")
-        bad["data"]["release"] = "bm90IGd6aXAgbm9yIGpzb24="   # base64("not gzip nor json")
-        cluster.kube.request("CREATE", "POST", core_path("secrets", ns), body=bad,
-                             content_type=JSON)
+        corrupt_revision(cluster, ns, "corrupt")
         cluster.make_stuck(ns, "corrupt")
         eventually(lambda: (leader.metric("flux_plunger_recoveries_total", result="failed")
                             or 0) >= 1, 30, "a failed recovery")

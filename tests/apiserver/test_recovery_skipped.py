@@ -13,7 +13,7 @@ from kubectl_flux_plunger.kube import JSON, core_path
 from kubectl_flux_plunger.core.plan import RECOVERY_SKIPPED, Stuck
 from testplane.cluster import eventually
 
-from .conftest import stuck_release
+from .conftest import corrupt_revision, stuck_release
 
 
 def skipped_events(cluster, ns, name="demo"):
@@ -25,15 +25,9 @@ def add_secret(cluster, ns, body):
                          content_type=JSON)
 
 
-def corrupt_newest(cluster, ns, number=2):
-    bad = storage.make_storage_secret("demo", ns, number, "uninstalling")
-    bad["data"]["release"] = "bm90IGd6aXAgbm9yIGpzb24="   # base64("not gzip nor json")
-    add_secret(cluster, ns, bad)
-
-
 def test_a_corrupt_newest_revision_is_one_warning_folded_on_repeats(executor, cluster, ns, hc):
     stuck_release(cluster, ns, revisions=[(1, "superseded")])
-    corrupt_newest(cluster, ns)
+    corrupt_revision(cluster, ns)
     for _ in range(3):
         out = executor.reconcile(ns, "demo")
         assert out.result == "skipped" and "corrupt payload" in out.detail, out
@@ -94,7 +88,7 @@ def test_right_after_our_recovery_the_stale_message_is_not_announced_until_helm_
 
 def test_recover_prints_the_skip_and_records_it_a_dry_run_records_nothing(cluster, ns, hc, cli):
     stuck_release(cluster, ns, revisions=[(1, "superseded")])
-    corrupt_newest(cluster, ns)
+    corrupt_revision(cluster, ns)
     dry = cli("recover", "demo", "-n", ns, "--dry-run=client")
     assert "corrupt payload" in dry.out, dry
     assert skipped_events(cluster, ns) == []
