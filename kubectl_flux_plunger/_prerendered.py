@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '443db1ad'
+FINGERPRINT = '90acb3e6'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -113,6 +114,18 @@ def status_table(
 # -- result lines ---------------------------------------------------------------------
 
 
+def state_counts(states: Iterable[str]) -> str:
+    """``status``'s summary of the rows it listed: how many in each state, most first
+    (``2 stuck, 1 failing``); a state shared with another's (``suspended-by-other,stuck``)
+    counts as written."""
+    counts = Counter(states)
+    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=_by_count))
+
+
+def _by_count(item: tuple[str, int]) -> tuple[int, str]:
+    return -item[1], item[0]
+
+
 def ref(namespace: str, name: str, *, all_namespaces: bool) -> str:
     """A reference kubectl accepts: ``KIND/NAME``, with ``-n NS`` first under -A."""
     return (f"-n {namespace} " if all_namespaces else "") + f"{KIND_REF}/{name}"
@@ -207,6 +220,10 @@ def status_item(r: Any) -> dict[str, Any]:
         else {"name": r.name, "namespace": r.namespace},
         "state": r.state,
         "stuck": bool(getattr(r, "stuck", False)),
+        # which face helm-controller shows of a stuck release; helm-controller's Ready
+        # reason while Ready is False (a failing release's, or the stuck face's)
+        "face": _null(getattr(r, "face", "")),
+        "readyReason": _null(getattr(r, "ready_reason", "")),
         "suspended": bool(r.suspend),
         # like the SUSPEND-OWNER column: nobody owns a suspension that is not there (an
         # owner of `suspend: false` is no suspension)

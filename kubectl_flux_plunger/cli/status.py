@@ -98,20 +98,30 @@ def status(
                 no_headers=no_headers,
             )
         )
-    if not rep.rows and not rep.missing and output not in ("json", "yaml"):
-        if rep.total == 0:
-            click.echo(f"No resources found{s.where()}.", err=True)
-        else:
-            click.echo(
-                f"{rep.total} HelmRelease{'s' if rep.total != 1 else ''}{s.where()}, "
-                "none needs attention.",
-                err=True,
-            )
+    _summary(s, rep, output, watch=watch)
     if watch:
         _watch_status(
             s, output, wide=wide, shown={(r.namespace, r.name) for r in rep.rows}, leases=leases
         )
     raise SystemExit(int(Exit.FAILURE if rep.missing else Exit.OK))
+
+
+def _summary(s: Session, rep: Any, output: str, *, watch: bool) -> None:
+    """The line on stderr after a table, as kubectl's "No resources found": how many
+    releases of how many selected are in which state — or that none needs attention."""
+    from . import render
+
+    plural = "s" if rep.total != 1 else ""
+    if rep.rows and output in ("table", "wide") and not watch:
+        counts = render.state_counts(r.state for r in rep.rows)
+        click.echo(f"{rep.total} HelmRelease{plural}{s.where()}: {counts}.", err=True)
+    if not rep.rows and not rep.missing and output not in ("json", "yaml"):
+        if rep.total == 0:
+            click.echo(f"No resources found{s.where()}.", err=True)
+        else:
+            click.echo(
+                f"{rep.total} HelmRelease{plural}{s.where()}, none needs attention.", err=True
+            )
 
 
 def _watch_status(

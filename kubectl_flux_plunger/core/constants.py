@@ -26,12 +26,21 @@ HR_API_VERSION = f"{HR_GROUP}/{HR_VERSION}"
 HR_KIND = "HelmRelease"
 HR_PLURAL = "helmreleases"
 
+# The faces of a release stuck for good (SPEC §4; docs/DESIGN.md "Faces of a stuck release"):
+# Helm's upgrade error when helm-controller took the release for unmanaged, and
+# helm-controller's own StateError when its history recorded a revision it cannot place.
 STUCK_MESSAGE = "has no deployed releases"
+STATE_ERROR_REASON = "StateError"
+STATE_ERROR_MESSAGE = "unable to determine state for release with status '"
 HELM_SECRET_TYPE = "helm.sh/release.v1"
 
 # Helm statuses of a newest revision that make helm-controller's upgrade fail with
 # "has no deployed releases" when no revision is deployed (reference/helm-controller-e2e.md §1.6).
 BLOCKING_STATUSES = frozenset({"uninstalling", "unknown", "uninstalled"})
+# Statuses of a newest revision that helm-controller's DetermineReleaseState cannot place when
+# its history recorded that revision (the `default:` branch: StateError), and that deleting
+# the revision repairs.  `uninstalled` is placed (Absent: install), pending-* are unlocked.
+STATE_ERROR_STATUSES = frozenset({"uninstalling", "unknown"})
 
 FENCE_RECHECK_SECONDS = 60.0
 FENCE_HELD_WARN_SECONDS = 600.0

@@ -8,6 +8,7 @@ a missing or mistyped field reads as absent.
 """
 
 # no `from __future__ import annotations`: it would shadow `annotations()` below for mypy
+import enum
 import re
 from datetime import datetime, timezone
 from typing import Any
@@ -70,28 +71,91 @@ def get_condition(hr: Obj, type: str) -> Obj | None:  # noqa: A002 - Kubernetes'
     return next((c for c in _conditions(hr) if c.get("type") == type), None)
 
 
-def is_stuck(hr: Obj) -> bool:
-    """True iff the Ready condition is False with Helm's "has no deployed releases" message —
-    or Ready is Unknown (helm-controller mid-retry: it marks Ready Unknown/Progressing while
-    it runs the upgrade again) and the Released condition still carries that failure.
+class Face(str, enum.Enum):
+    """How helm-controller says a release is stuck for good, closed (SPEC §4; the table of
+    faces in docs/DESIGN.md).  The face picks the storage check (``storage.choose_revision``);
+    the message alone never deletes anything.  A ``str`` so it prints as its value."""
 
-    The reason (usually ``UpgradeFailed``) is deliberately not examined.
-    """
+    # Helm's upgrade error: helm-controller took the release for unmanaged (its history
+    # does not match the newest revision) and upgraded; no revision is deployed
+    NO_DEPLOYED = "no-deployed-releases"
+    # helm-controller's own history recorded the newest revision, in a status its
+    # DetermineReleaseState cannot place (Ready=False, reason StateError)
+    STATE_ERROR = "state-error"
 
-    def failing(c: Obj) -> bool:
-        return (
-            c.get("status") == "False"
+    def __str__(self) -> str:
+        return self.value
+
+
+_STATE_ERROR_STATUS = re.compile(re.escape(constants.STATE_ERROR_MESSAGE) + r"([^']*)'")
+
+
+def _no_deployed(c: Obj) -> bool:
+    """A False condition carrying Helm's "has no deployed releases"."""
+    return (
+        c.get("status") == "False"
+        and isinstance(c.get("message"), str)
+        and constants.STUCK_MESSAGE in c["message"]
+    )
+
+
+def state_error_status(hr: Obj) -> str | None:
+    """The Helm status helm-controller could not place, as its Ready condition quotes it
+    (``Ready=False``, reason ``StateError``, ``… unable to determine state for release with
+    status '<status>'``); None when the Ready condition is not that."""
+    for c in _conditions(hr):
+        if (
+            c.get("type") == "Ready"
+            and c.get("status") == "False"
+            and c.get("reason") == constants.STATE_ERROR_REASON
             and isinstance(c.get("message"), str)
-            and constants.STUCK_MESSAGE in c["message"]
-        )
+        ):
+            match = _STATE_ERROR_STATUS.search(c["message"])
+            if match:
+                return match.group(1)
+    return None
 
+
+def stuck_face(hr: Obj) -> Face | None:
+    """The face helm-controller shows of a release stuck for good, or None.
+
+    * ``NO_DEPLOYED``: the Ready condition is False with Helm's "has no deployed releases"
+      (the reason, usually ``UpgradeFailed``, is deliberately not examined) — or Ready is
+      Unknown (helm-controller mid-retry marks it Unknown/Progressing while it runs the
+      upgrade again) and the Released condition still carries that failure;
+    * ``STATE_ERROR``: Ready is False, reason ``StateError``, and the message quotes the
+      status helm-controller could not place (``state_error_status``).
+    """
     conditions = _conditions(hr)
     ready = [c for c in conditions if c.get("type") == "Ready"]
-    if any(failing(c) for c in ready):
-        return True
-    return any(c.get("status") == "Unknown" for c in ready) and any(
-        c.get("type") == "Released" and failing(c) for c in conditions
-    )
+    if any(_no_deployed(c) for c in ready):
+        return Face.NO_DEPLOYED
+    if state_error_status(hr) is not None:
+        return Face.STATE_ERROR
+    if any(c.get("status") == "Unknown" for c in ready) and any(
+        c.get("type") == "Released" and _no_deployed(c) for c in conditions
+    ):
+        return Face.NO_DEPLOYED
+    return None
+
+
+def is_stuck(hr: Obj) -> bool:
+    """True iff helm-controller shows the release stuck for good, in any face
+    (``stuck_face``)."""
+    return stuck_face(hr) is not None
+
+
+def failing_reason(hr: Obj) -> str | None:
+    """helm-controller's reason (else ``Failed``) when the Ready condition is False for
+    something flux-plunger does not repair; None when Ready is not False or the release
+    is stuck (``stuck_face``).  ``status`` lists these, and writes nothing to them."""
+    if is_stuck(hr):
+        return None
+    ready = get_condition(hr, "Ready")
+    if ready is None or ready.get("status") != "False":
+        return None
+    reason = ready.get("reason")
+    return reason if isinstance(reason, str) and reason else "Failed"
 
 
 def is_terminating(hr: Obj) -> bool:

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from . import constants, storage
 from .detect import (
+    Face,
     already_processed,
     attempted_since_generation,
     awaiting_retry_without_storage,
@@ -24,6 +25,8 @@ from .detect import (
     processed_annotation_present,
     ready_unknown,
     recovery_awaits_retry,
+    state_error_status,
+    stuck_face,
     uninstall_reached,
 )
 from .objects import Obj
@@ -85,6 +88,12 @@ class Decision:
 
 NORMAL, WARNING = "Normal", "Warning"
 
+# each face of a stuck release (detect.Face), as `status` and the decisions say it
+FACE_WORDS = {
+    Face.NO_DEPLOYED: 'stuck with "has no deployed releases"',
+    Face.STATE_ERROR: "stuck with StateError (a revision helm-controller cannot place)",
+}
+
 SUSPENSION_NOT_OWNED = EventSpec(
     "SuspensionNotOwned",
     NORMAL,
@@ -140,8 +149,8 @@ RECOVERY_FAILED = EventSpec(
 RECOVERED = EventSpec(
     "Recovered",
     NORMAL,
-    'Deleted the Helm storage revision that blocked upgrades with "has no deployed '
-    'releases"; helm-controller reconciles the release again',
+    'Deleted the Helm storage revision that kept helm-controller stuck ("has no deployed '
+    'releases" or StateError); helm-controller reconciles the release again',
 )
 
 
@@ -222,10 +231,9 @@ def _decide_live(hr: Obj) -> Decision:
         return _decision(
             Action.REMOVE_FENCE, Row.LIVE_FENCED, "not suspended but still fenced: remove the fence"
         )
-    if is_stuck(hr):
-        return _decision(
-            Action.RECOVER, Row.LIVE_STUCK, 'stuck with "has no deployed releases": recover'
-        )
+    face = stuck_face(hr)
+    if face is not None:
+        return _decision(Action.RECOVER, Row.LIVE_STUCK, f"{FACE_WORDS[face]}: recover")
     return _decision(Action.NOTHING, Row.HEALTHY, "nothing to do")
 
 
@@ -358,8 +366,8 @@ RECOVERY_SKIPPED = {
 
 # how each refusal of the §4 check leaves a stuck release: None where helm-controller goes
 # on from the storage by itself (a deployed revision; a failed, superseded or pending one):
-# the "has no deployed releases" it reports is then older than the storage, and its next
-# attempt clears it
+# the failure it reports is then older than the storage (or, for StateError, than its own
+# history), and its next attempt clears it
 _LEFT_STUCK_BY = {
     storage.Refusal.CORRUPT: Stuck.CORRUPT_PAYLOAD,
     storage.Refusal.NO_STORAGE: Stuck.NO_STORAGE,
@@ -369,11 +377,12 @@ _LEFT_STUCK_BY = {
     storage.Refusal.UNEXPECTED_STATUS: Stuck.UNEXPECTED_STATUS,
     storage.Refusal.DEPLOYED: None,
     storage.Refusal.HELM_HANDLES: None,
+    storage.Refusal.STALE_FACE: None,
 }
 
 
 def failure_is_current(hr: Obj) -> bool:
-    """Does the release's "has no deployed releases" come from helm-controller's own latest
+    """Does the release's failure (either face) come from helm-controller's own latest
     attempt?  It attempted the current generation (``attempted_since_generation``: not the
     moment after our relinquish, or anyone's spec change, bumped it) and is not in the
     middle of an action (Ready Unknown: its result comes next)."""
@@ -410,8 +419,16 @@ class StorageVerdict:
     stuck: Stuck | None = None
 
 
+def choose(hr: Obj, secrets: list[Obj]) -> storage.Choice:
+    """The §4 storage check for the face ``hr`` shows (``detect.stuck_face``): a StateError
+    judges the newest revision against the status it quotes and helm-controller's history;
+    any other state (a "has no deployed releases", or none) as "has no deployed releases"."""
+    reported = state_error_status(hr) if stuck_face(hr) is Face.STATE_ERROR else None
+    return storage.choose_revision(hr, secrets, reported)
+
+
 def storage_verdict(hr: Obj, secrets: list[Obj]) -> StorageVerdict:
-    choice = storage.choose_revision(hr, secrets)
+    choice = choose(hr, secrets)
     newest = choice.revision.number if choice.revision is not None else None
     # first: did we just recover it? (its newest revision is then one helm-controller
     # handles itself — or none at all when the deleted one was the only one — and the old

@@ -4,7 +4,8 @@ Helm keeps one Secret per revision, ``sh.helm.release.v1.<release>.v<N>`` of typ
 ``helm.sh/release.v1`` labelled ``owner=helm,name=<release>,status=…,version=<N>``; its
 ``data.release`` is base64(gzip(JSON)) inside the Secret's own base64.  ``choose_revision`` is the
 whole safety check: it returns ok only for a newest revision whose payload status produces
-"has no deployed releases" while no revision is deployed.
+the face helm-controller shows — "has no deployed releases" while no revision is deployed, or
+its StateError on a revision its own history recorded (``state_error``).
 """
 
 from __future__ import annotations
@@ -251,6 +252,9 @@ class Refusal(str, enum.Enum):
     VERSION_MISMATCH = "version-mismatch"  # the payload records another version
     HELM_HANDLES = "helm-handles"  # failed / superseded / pending-*: helm-controller goes on
     UNEXPECTED_STATUS = "unexpected-status"  # a status none of the above
+    # StateError face: the storage or the history no longer matches what helm-controller
+    # reported (its next attempt reports anew)
+    STALE_FACE = "stale-face"
 
     def __str__(self) -> str:
         return self.value
@@ -324,6 +328,23 @@ def _try_decode(secret: Obj) -> tuple[Obj | None, str]:
         return None, str(exc)
 
 
+def _invalid(newest: Revision, payload: Obj | None, error: str) -> Choice | None:
+    """The refusal of a newest payload that cannot be judged — undecodable, without a
+    status, or recording another version than its Secret — else None."""
+    label = f"newest revision {newest.number}"
+    if payload is None:
+        return _refuse(Refusal.CORRUPT, f"{label} has a corrupt payload: {error}", newest)
+    status = _payload_status(payload)
+    if status is None:
+        return _refuse(Refusal.CORRUPT, f"{label} has a corrupt payload: no info.status", newest)
+    version = payload.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version != newest.number:
+        return _refuse(
+            Refusal.VERSION_MISMATCH, f"{label} payload records version {version!r}", newest, status
+        )
+    return None
+
+
 def _check_newest(newest: Revision, secret: Obj, deployed: Revision | None) -> Choice:
     """Decode the newest revision's payload and decide whether it is the blocking one.
 
@@ -338,15 +359,9 @@ def _check_newest(newest: Revision, secret: Obj, deployed: Revision | None) -> C
         return _refuse(
             Refusal.DEPLOYED, f"{prefix}{_describe(deployed)} is deployed", newest, status
         )
-    if payload is None:
-        return _refuse(Refusal.CORRUPT, f"{label} has a corrupt payload: {error}", newest)
-    if status is None:
-        return _refuse(Refusal.CORRUPT, f"{label} has a corrupt payload: no info.status", newest)
-    version = payload.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version != newest.number:
-        return _refuse(
-            Refusal.VERSION_MISMATCH, f"{label} payload records version {version!r}", newest, status
-        )
+    invalid = _invalid(newest, payload, error)
+    if invalid is not None:
+        return invalid
     if status == "deployed":
         return _refuse(Refusal.DEPLOYED, f"{label} is deployed", newest, status)
     if status not in constants.BLOCKING_STATUSES:
@@ -355,12 +370,73 @@ def _check_newest(newest: Revision, secret: Obj, deployed: Revision | None) -> C
     return Choice(newest, status, True, f"{label} has status {status} and no revision is deployed")
 
 
-def choose_revision(hr: Obj, secrets: list[Obj]) -> Choice:
+def _history_latest(hr: Obj) -> tuple[Any, Any]:
+    """(version, status) of ``status.history``'s latest snapshot; (None, None) when absent."""
+    history = _dig(hr, "status", "history")
+    if isinstance(history, list) and history and isinstance(history[0], dict):
+        return history[0].get("version"), history[0].get("status")
+    return None, None
+
+
+def _check_state_error(hr: Obj, newest: Revision, secret: Obj, reported: str) -> Choice:
+    """The StateError face (SPEC §4): helm-controller said it cannot place status
+    ``reported``.  ok only when the newest revision's payload has that status, it is one
+    deleting repairs (``STATE_ERROR_STATUSES``), and ``status.history``'s latest snapshot is
+    that revision in that status — the state in which helm-controller's
+    DetermineReleaseState fails for good.  An older deployed revision does not make it
+    healthy: helm-controller looks only at the newest."""
+    label = f"newest revision {newest.number}"
+    payload, error = _try_decode(secret)
+    invalid = _invalid(newest, payload, error)
+    if invalid is not None:
+        return invalid
+    status = _payload_status(payload) if payload is not None else None
+    if status != reported:
+        return _refuse(
+            Refusal.STALE_FACE,
+            f"{label} has status {status}, not the {reported!r} helm-controller reported "
+            "(its next attempt reports anew)",
+            newest,
+            status,
+        )
+    if status not in constants.STATE_ERROR_STATUSES:
+        return _refuse(
+            Refusal.UNEXPECTED_STATUS,
+            f"{label} has status {status}, which helm-controller cannot place but "
+            "flux-plunger never deletes",
+            newest,
+            status,
+        )
+    recorded, recorded_status = _history_latest(hr)
+    if recorded != newest.number or recorded_status != status:
+        return _refuse(
+            Refusal.STALE_FACE,
+            f"status.history's latest snapshot is revision {recorded!r} ({recorded_status!r}), "
+            f"not {label} ({status}): helm-controller's next attempt takes the release for "
+            "unmanaged",
+            newest,
+            status,
+        )
+    return Choice(
+        newest,
+        status,
+        True,
+        f"{label} has status {status}, recorded in helm-controller's history, which it "
+        "cannot place (StateError)",
+    )
+
+
+def choose_revision(hr: Obj, secrets: list[Obj], state_error: str | None = None) -> Choice:
     """Pick the revision to delete from the listed Secrets, or explain why none (SPEC §4).
 
-    ok only when the newest numbered revision's payload status is blocking, its payload version
-    matches its number, it is the only Secret with that number, and no revision is deployed.
-    Secrets without a revision number are ignored for ordering but still count as deployed.
+    ``state_error``: the status helm-controller's StateError quotes (``detect.stuck_face``
+    is ``STATE_ERROR``), else None for "has no deployed releases".
+
+    ok only when the newest numbered revision is the only Secret with that number, its
+    payload version matches its number, and its payload status is the face's: blocking with
+    no revision deployed, or (StateError) the quoted, unplaceable status its history
+    recorded.  Secrets without a revision number are ignored for ordering but still count
+    as deployed.
     """
     release, namespace = release_name(hr), storage_namespace(hr)
     storage = _storage_of(release, secrets)
@@ -386,4 +462,6 @@ def choose_revision(hr: Obj, secrets: list[Obj]) -> Choice:
             f"revision {newest.number} is stored in more than one Secret ({names})",
             newest,
         )
+    if state_error is not None:
+        return _check_state_error(hr, newest, newest_secret, state_error)
     return _check_newest(newest, newest_secret, _label_deployed(storage, newest))

@@ -234,7 +234,7 @@ class Recover:
             except KubeError as exc:
                 if not (exc.conflict or exc.not_found):
                     raise
-                redo = storage.choose_revision(current, self.prims.list_storage(current))
+                redo = plan.choose(current, self.prims.list_storage(current))
                 same = (
                     redo.ok
                     and redo.revision is not None

@@ -30,7 +30,11 @@ class Row:
     release: str
     storage_namespace: str
     note: str
-    stuck: bool = False  # the Ready condition says "has no deployed releases"
+    stuck: bool = False  # helm-controller shows the release stuck for good (any face)
+    face: str = ""  # which face (detect.Face's value), "" when not stuck
+    # helm-controller's Ready reason while Ready is False ("" otherwise): a ``failing``
+    # release's reason, or the stuck face's (UpgradeFailed, StateError)
+    ready_reason: str = ""
     cluster: str = "local"  # where the Helm storage is: local, or the spec.kubeConfig server
     # the Leases of the running controllers whose recorded scope selects it (sharding),
     # comma-joined; "" when none does (or none was read)
@@ -164,6 +168,8 @@ def state_of(hr: Obj, now: dt.datetime, lease: ControllerLease | None = None) ->
         state = "legacy-suspension"
     if row in (R.LIVE_SUSPENDED_FOREIGN, R.TERMINATING_SUSPENDED_FOREIGN) and detect.is_stuck(hr):
         state += ",stuck"
+    if row is R.HEALTHY and detect.failing_reason(hr) is not None:
+        state = "failing"  # Ready=False for a reason flux-plunger does not repair
     return state
 
 
@@ -337,7 +343,14 @@ def _row(
                 state = verdict.verdict.value
         except KubeError as exc:
             helm_status, note = "<unreadable>", f"cannot list Helm storage: {exc}"
+    if state == "failing":
+        note = (
+            f"helm-controller reports {detect.failing_reason(hr)}; flux-plunger does not repair it"
+        )
     processed = (md.get("annotations") or {}).get(C.PROCESSED_ANNOTATION, "-")
+    face = detect.stuck_face(hr)
+    ready = detect.get_condition(hr, "Ready") or {}
+    reason = ready.get("reason") if ready.get("status") == "False" else ""
     hold = hold_of(hr, state, cover[0] if cover else None)
     if hold:
         note = "; ".join(filter(None, (hold_note(hold), note)))
@@ -355,7 +368,9 @@ def _row(
         release=release,
         storage_namespace=ns,
         note=note,
-        stuck=detect.is_stuck(hr),
+        stuck=face is not None,
+        face=face.value if face is not None else "",
+        ready_reason=reason if isinstance(reason, str) else "",
         cluster=cluster,
         controller=",".join(c.name for c in cover or []),
         metadata=md,

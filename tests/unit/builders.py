@@ -45,6 +45,29 @@ def stuck_condition(observed_generation: int | None = None, reason: str = "Upgra
     return condition
 
 
+def state_error_condition(status: str = "uninstalling", observed_generation: int | None = None,
+                          reason: str = "StateError") -> dict:
+    """helm-controller's Ready=False StateError, quoting the status it cannot place."""
+    condition = {
+        "type": "Ready",
+        "status": "False",
+        "reason": reason,
+        "message": "Could not determine release state: unable to determine state for release "
+                   f"with status '{status}'",
+        "lastTransitionTime": CREATED,
+    }
+    if observed_generation is not None:
+        condition["observedGeneration"] = observed_generation
+    return condition
+
+
+def history(version: int, status: str, name: str = "demo", namespace: str = "default") -> dict:
+    """``status.history`` as helm-controller records it: the latest snapshot first."""
+    return {"history": [{"name": name, "namespace": namespace, "version": version,
+                         "status": status, "digest": "sha256:0", "chartName": "demo",
+                         "chartVersion": "0.1.0", "configDigest": "sha256:1"}]}
+
+
 def ready_condition() -> dict:
     """A healthy Ready=True condition."""
     return {

@@ -59,6 +59,14 @@ ROWS = [
             "fluxcd.controlplane.io/suspendedBy": "alice"}),
         suspend_owners=[("flux-operator-web", "Update")],
         suspended_by={"flux-operator-web": "alice"}),
+    # issue 47: the StateError face, and a release failing for a reason flux-plunger leaves
+    Row("r", "hooked", "stuck", False, "-", 1, "uninstalling", "-", False, "2m", "hooked", "r",
+        "newest revision 1 has status uninstalling, recorded in helm-controller's history, "
+        "which it cannot place (StateError)", stuck=True, face="state-error",
+        ready_reason="StateError", metadata=hr_metadata("r", "hooked")),
+    Row("r", "broken-values", "failing", False, "-", 1, "failed", "-", False, "7m",
+        "broken-values", "r", "helm-controller reports InstallFailed; flux-plunger does not "
+        "repair it", ready_reason="InstallFailed", metadata=hr_metadata("r", "broken-values")),
 ]
 
 OUTCOMES = [
@@ -88,6 +96,13 @@ def golden(name: str, text: str) -> None:
     if os.environ.get("UPDATE_GOLDEN"):
         path.write_text(text + "\n")
     assert text + "\n" == path.read_text()
+
+
+def test_state_counts_most_first():
+    assert render.state_counts(["stuck", "failing", "stuck", "healthy"]) == \
+        "2 stuck, 1 failing, 1 healthy"
+    assert render.state_counts(["b", "a"]) == "1 a, 1 b"
+    assert render.state_counts([]) == ""
 
 
 def test_status_table():

@@ -7,7 +7,7 @@ from kubectl_flux_plunger.core import constants, plan
 from kubectl_flux_plunger.kube.controller_lease import ControllerLease
 from kubectl_flux_plunger.verbs.status import STATE_OF_ROW, state_of
 
-from .builders import CLIENT_SIDE, NOW, OURS, hr, ready_condition, stuck_condition
+from .builders import CLIENT_SIDE, NOW, OURS, hr, ready_condition, state_error_condition, stuck_condition
 
 pytestmark = pytest.mark.unit
 
@@ -26,6 +26,15 @@ REMOTE = {"kubeConfig": {"secretRef": {"name": "remote"}}}
     ("release", "state"),
     [
         pytest.param(hr(conditions=[stuck_condition()]), "stuck", id="stuck"),
+        pytest.param(hr(conditions=[state_error_condition()]), "stuck", id="stuck-state-error"),
+        pytest.param(hr(conditions=[{**ready_condition(), "status": "False",
+                                     "reason": "InstallFailed"}]), "failing", id="failing"),
+        pytest.param(hr(suspend=True, managed=[("velero", "Update", True)],
+                        conditions=[state_error_condition()]), "suspended-by-other,stuck",
+                     id="suspended-by-other-state-error"),
+        pytest.param(hr(suspend=True, managed=[("velero", "Update", True)],
+                        conditions=[{**ready_condition(), "status": "False"}]),
+                     "suspended-by-other", id="suspended-by-other-failing"),
         pytest.param(hr(suspend=True, managed=[OURS], finalizers=[FENCE]), "recovering",
                      id="recovering"),
         pytest.param(hr(suspend=False, finalizers=[FENCE]), "fenced", id="fenced"),
