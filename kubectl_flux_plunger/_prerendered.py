@@ -3,13 +3,14 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '90acb3e6'
+FINGERPRINT = 'a0cbd40a'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (
         'Usage: kubectl flux-plunger [OPTIONS] [COMMAND] [ARGS]...\n'
         '\n'
-        '  Unstick Flux HelmReleases that report "has no deployed releases", safely.\n'
+        '  Unstick Flux HelmReleases stuck for good ("has no deployed releases",\n'
+        '  StateError), safely.\n'
         '\n'
         '  flux-plunger deletes the newest Helm storage revision of a stuck release\n'
         '  while helm-controller is kept off it (an owned suspension plus an uninstall\n'
@@ -40,7 +41,7 @@ TEXT = {
     '--help|kubectl flux-plunger|100': (
         'Usage: kubectl flux-plunger [OPTIONS] [COMMAND] [ARGS]...\n'
         '\n'
-        '  Unstick Flux HelmReleases that report "has no deployed releases", safely.\n'
+        '  Unstick Flux HelmReleases stuck for good ("has no deployed releases", StateError), safely.\n'
         '\n'
         '  flux-plunger deletes the newest Helm storage revision of a stuck release while helm-controller\n'
         '  is kept off it (an owned suspension plus an uninstall fence), then lets helm-controller\n'
@@ -70,7 +71,8 @@ TEXT = {
     '--help|flux plunger|80': (
         'Usage: flux plunger [OPTIONS] [COMMAND] [ARGS]...\n'
         '\n'
-        '  Unstick Flux HelmReleases that report "has no deployed releases", safely.\n'
+        '  Unstick Flux HelmReleases stuck for good ("has no deployed releases",\n'
+        '  StateError), safely.\n'
         '\n'
         '  flux-plunger deletes the newest Helm storage revision of a stuck release\n'
         '  while helm-controller is kept off it (an owned suspension plus an uninstall\n'
@@ -101,7 +103,7 @@ TEXT = {
     '--help|flux plunger|100': (
         'Usage: flux plunger [OPTIONS] [COMMAND] [ARGS]...\n'
         '\n'
-        '  Unstick Flux HelmReleases that report "has no deployed releases", safely.\n'
+        '  Unstick Flux HelmReleases stuck for good ("has no deployed releases", StateError), safely.\n'
         '\n'
         '  flux-plunger deletes the newest Helm storage revision of a stuck release while helm-controller\n'
         '  is kept off it (an owned suspension plus an uninstall fence), then lets helm-controller\n'

@@ -576,3 +576,74 @@ def test_kubectl_completes_namespaces_and_release_names_from_the_cluster(plane, 
     assert ns in out[:-1] and out[-1] == ":4", out
     assert complete("recover", "-n", ns, "") == ["alpha", "beta", ":4"]
     assert complete("recover", "-n", ns, "b") == ["beta", ":4"]
+
+
+def _state_error(cluster, ns, name, history_version):
+    """Ready=False StateError quoting 'uninstalling', with ``status.history`` naming
+    ``history_version`` (``uninstalling``), as helm-controller leaves it."""
+    gen = cluster.get(ns, name)["metadata"]["generation"]
+    return cluster.set_status(ns, name, {
+        "lastAttemptedGeneration": gen, "observedGeneration": gen,
+        "history": [{"name": name, "namespace": ns, "version": history_version,
+                     "status": "uninstalling", "digest": "sha256:0", "chartName": "demo",
+                     "chartVersion": "0.1.0", "configDigest": "sha256:1",
+                     "firstDeployed": "2026-12-01T00:00:00Z",
+                     "lastDeployed": "2026-12-01T00:00:00Z"}],
+        "conditions": [{"type": "Ready", "status": "False", "reason": "StateError",
+                        "lastTransitionTime": "2026-12-01T00:00:00Z", "observedGeneration": gen,
+                        "message": "Could not determine release state: unable to determine "
+                                   "state for release with status 'uninstalling'"}]})
+
+
+def test_status_lists_failing_releases_and_writes_nothing_to_them(cli, cluster, ns):
+    """Issue 47: a release Ready=False for a reason flux-plunger does not repair is listed
+    as ``failing`` with helm-controller's reason and counted, never "none needs attention";
+    ``recover`` leaves it exactly as it was."""
+    cluster.create_hr(ns, "healthy")
+    cluster.create_hr(ns, "broken")
+    gen = cluster.get(ns, "broken")["metadata"]["generation"]
+    before = cluster.set_status(ns, "broken", {"lastAttemptedGeneration": gen, "conditions": [
+        {"type": "Ready", "status": "False", "reason": "InstallFailed", "observedGeneration": gen,
+         "lastTransitionTime": "2026-12-01T00:00:00Z",
+         "message": "Helm install failed for release x/broken: values don't meet the schema"}]})
+    res = cli("status", "-n", ns, "-o", "wide")
+    assert res.code == 0, res
+    (line,) = res.out.splitlines()[1:]
+    assert line.split()[:2] == ["broken", "failing"], res.out
+    assert "helm-controller reports InstallFailed; flux-plunger does not repair it" in line
+    assert res.err.splitlines()[-1] == f"2 HelmReleases in {ns} namespace: 1 failing.", res.err
+    doc = json.loads(cli("status", "-n", ns, "-o", "json").out)
+    schema().validate(doc)
+    (item,) = doc["items"]
+    assert (item["state"], item["stuck"], item["face"], item["readyReason"]) == \
+        ("failing", False, None, "InstallFailed"), item
+    rec = cli("recover", "-n", ns)
+    assert rec.code == 0 and "recovered 0 of 0 stuck" in rec.out + rec.err, rec
+    assert cluster.get(ns, "broken")["metadata"]["resourceVersion"] == \
+        before["metadata"]["resourceVersion"]
+
+
+def test_a_state_error_recorded_by_history_is_recovered_and_a_stale_one_is_not(cli, cluster, ns):
+    """The StateError face on storage as helm-controller's failed remediation leaves it: v1
+    deployed, v2 uninstalling.  With the history naming v2 the recovery deletes v2 (the
+    deployed v1 does not refuse it); with the history naming v1 the message is older than
+    the storage — listed stuck, nothing deleted, nothing suspended."""
+    for name, recorded in (("fresh", 2), ("stale", 1)):
+        cluster.create_hr(ns, name)
+        cluster.storage(ns, name, [(1, "deployed"), (2, "uninstalling")])
+        _state_error(cluster, ns, name, recorded)
+    doc = json.loads(cli("status", "-n", ns, "-o", "json").out)
+    schema().validate(doc)
+    assert {i["metadata"]["name"]: (i["state"], i["face"]) for i in doc["items"]} == \
+        {"fresh": ("stuck", "state-error"), "stale": ("stuck", "state-error")}, doc
+    with SimulatedHelmController(cluster, ns):
+        rec = cli("recover", "-n", ns, "stale")
+        assert rec.code == 1 and "stale skipped" in rec.out and "not newest revision 2" in rec.out, rec
+        assert cluster.secret_names(ns, "stale") == ["sh.helm.release.v1.stale.v1",
+                                                     "sh.helm.release.v1.stale.v2"]
+        assert cluster.get(ns, "stale")["spec"].get("suspend") is None
+        rec = cli("recover", "-n", ns, "fresh")
+        assert rec.code == 0 and "fresh recovered: deleted revision 2 (uninstalling)" in rec.out, rec
+    assert cluster.secret_names(ns, "fresh") == ["sh.helm.release.v1.fresh.v1"]
+    hr = cluster.get(ns, "fresh")
+    assert hr["spec"].get("suspend") is None and C.FENCE not in hr["metadata"]["finalizers"]
