@@ -2,7 +2,10 @@
 
 No source-controller: the test publishes the chart through an ExternalArtifact whose
 ``status.artifact`` points at a loopback HTTP server (helm-controller's
-``ExternalArtifact`` feature gate).  Charts hold only ConfigMaps (there is no kubelet).
+``ExternalArtifact`` feature gate).  Charts hold ConfigMaps (there is no kubelet), and on
+request hook Jobs that never finish: no job controller runs in the test control plane (and
+their image cannot be pulled where one does), so Helm waits on them until its timeout —
+what a hook that fails, hangs or is blocked by a webhook does in a real cluster.
 """
 from __future__ import annotations
 
@@ -37,13 +40,39 @@ data:
 """
 
 
-def build_chart(directory: Path, name: str = "demo", version: str = "0.1.0") -> Path:
-    """Write ``<name>-<version>.tgz`` (one top-level dir, Chart.yaml + a ConfigMap)."""
+# A Helm hook Job for the event HOOK-EVENT (post-install, pre-delete, post-upgrade, …), named
+# after the release and the event and labelled with the chart version that rendered it.  It
+# never completes on its own (see the module's docstring).
+HOOK_JOB = """apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ .Release.Name }}-HOOK-EVENT
+  labels:
+    chart-version: {{ .Chart.Version | quote }}
+  annotations:
+    helm.sh/hook: HOOK-EVENT
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: hook
+          image: hook.invalid/never-runs:{{ .Chart.Version }}
+"""
+
+
+def build_chart(directory: Path, name: str = "demo", version: str = "0.1.0",
+                hooks: tuple[str, ...] = ()) -> Path:
+    """Write ``<name>-<version>.tgz`` (one top-level dir, Chart.yaml + a ConfigMap, and one
+    :data:`HOOK_JOB` per Helm hook event in ``hooks``)."""
     directory.mkdir(parents=True, exist_ok=True)
     out = directory / f"{name}-{version}.tgz"
     files = {f"{name}/Chart.yaml": CHART_YAML.format(name=name, version=version),
              f"{name}/values.yaml": "value: one\n",
              f"{name}/templates/configmap.yaml": CONFIGMAP}
+    for event in hooks:
+        files[f"{name}/templates/hook-{event}.yaml"] = HOOK_JOB.replace("HOOK-EVENT", event)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for path, text in files.items():
@@ -86,7 +115,9 @@ class ChartServer:
 
 def publish_chart(kube, namespace: str, name: str, chart: Path, server: ChartServer,
                   revision: str = "0.1.0") -> None:
-    """Create ExternalArtifact ``namespace/name`` and write its status artifact."""
+    """Create ExternalArtifact ``namespace/name`` and write its status artifact: ``chart``
+    (a file in ``server``'s directory or below it) as ``revision``.  Again on an existing
+    one, it publishes a new revision: helm-controller reconciles the HelmReleases using it."""
     from kubectl_flux_plunger.kube import APPLY_PATCH, MERGE_PATCH
     base = f"/apis/source.toolkit.fluxcd.io/v1/namespaces/{namespace}/externalartifacts"
     kube.request("APPLY", "PATCH", f"{base}/{name}", content_type=APPLY_PATCH,
@@ -97,7 +128,8 @@ def publish_chart(kube, namespace: str, name: str, chart: Path, server: ChartSer
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     kube.request("PATCH", "PATCH", f"{base}/{name}/status", content_type=MERGE_PATCH,
                  body={"status": {"artifact": {
-                     "path": chart.name, "url": server.url(chart.name), "revision": revision,
+                     "path": chart.name, "revision": revision,
+                     "url": server.url(chart.relative_to(server.directory).as_posix()),
                      "digest": "sha256:" + hashlib.sha256(data).hexdigest(),
                      "lastUpdateTime": now, "size": len(data)}}})
 
@@ -207,3 +239,4 @@ def ready(hr: dict | None) -> tuple[str, str, str] | None:
         if c.get("type") == "Ready":
             return c.get("status"), c.get("reason", ""), c.get("message", "")
     return None
+
