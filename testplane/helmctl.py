@@ -42,7 +42,7 @@ data:
 
 # A Helm hook Job for the event HOOK-EVENT (post-install, pre-delete, post-upgrade, …), named
 # after the release and the event and labelled with the chart version that rendered it.  It
-# never completes on its own (see the module's docstring).
+# never completes on its own (see the module's docstring); complete_hook_job() finishes it.
 HOOK_JOB = """apiVersion: batch/v1
 kind: Job
 metadata:
@@ -220,13 +220,16 @@ def break_release(kube, namespace: str, release: str, status: str = "uninstallin
     return name
 
 
-def request_reconcile(kube, namespace: str, name: str) -> None:
-    """What ``flux reconcile hr`` does: bump the requestedAt annotation."""
+def request_reconcile(kube, namespace: str, name: str) -> str:
+    """What ``flux reconcile hr`` does: bump the requestedAt annotation.  Returns the stamp,
+    which helm-controller copies to ``status.lastHandledReconcileAt`` at the end of the
+    reconcile that handled it (whatever its result)."""
     from kubectl_flux_plunger.kube import MERGE_PATCH, hr_path
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     kube.request("PATCH", "PATCH", hr_path(namespace, name), content_type=MERGE_PATCH,
                  body={"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": stamp}}},
                  query={"fieldManager": "flux-client-side-apply"})
+    return stamp
 
 
 def is_ready(hr: dict | None) -> bool:
@@ -235,8 +238,30 @@ def is_ready(hr: dict | None) -> bool:
 
 def ready(hr: dict | None) -> tuple[str, str, str] | None:
     """(status, reason, message) of the Ready condition."""
+    return condition(hr, "Ready")
+
+
+def condition(hr: dict | None, kind: str) -> tuple[str, str, str] | None:
+    """(status, reason, message) of the condition of type ``kind`` (Released, Remediated…)."""
     for c in (hr or {}).get("status", {}).get("conditions", []):
-        if c.get("type") == "Ready":
+        if c.get("type") == kind:
             return c.get("status"), c.get("reason", ""), c.get("message", "")
     return None
+
+
+def complete_hook_job(kube, namespace: str, name: str) -> dict:
+    """Finish Job ``namespace/name`` as the job controller would when its one Pod succeeded
+    (``succeeded: 1``, ``SuccessCriteriaMet`` then ``Complete``); returns the Job.  For a test
+    that needs a hook Helm is waiting on to succeed (the test control plane has no job
+    controller)."""
+    from kubectl_flux_plunger.kube import MERGE_PATCH
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    done = {"status": "True", "reason": "CompletionsReached", "lastProbeTime": now,
+            "lastTransitionTime": now, "message": "Reached expected number of succeeded pods"}
+    path = f"/apis/batch/v1/namespaces/{namespace}/jobs/{name}/status"
+    status = {"startTime": now, "completionTime": now, "succeeded": 1, "ready": 0,
+              "terminating": 0, "conditions": [{"type": "SuccessCriteriaMet", **done},
+                                               {"type": "Complete", **done}]}
+    return kube.request("PATCH", "PATCH", path, content_type=MERGE_PATCH,
+                        body={"status": status})
 
