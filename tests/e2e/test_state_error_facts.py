@@ -4,7 +4,8 @@ action; helm-controller's remediation runs a Helm uninstall, which records the n
 revision ``uninstalling`` (in storage and in helm-controller's own ``status.history``) and
 then fails on its pre-delete hook.  From then on every reconcile ends ``Ready=False``,
 reason ``StateError``; a reconcile request, or the hook finishing after all, changes
-nothing; deleting that revision while suspended, with the chart fixed, heals it.
+nothing, and so does deleting that revision while suspended with the chart unchanged (the
+same failures again); with the chart fixed, that heals it.
 
 The three ways there (testplane.helmctl): the install remediation, the upgrade remediation
 with ``strategy: uninstall``, and the same after a good upgrade (several revisions)."""
@@ -12,11 +13,12 @@ from __future__ import annotations
 
 import time
 
+from kubectl_flux_plunger.core import storage
 from testplane.cluster import eventually
 from testplane.helmctl import (FIXED_VERSION, STATE_ERROR, complete_hook_job, condition,
                                latest_snapshot, publish_version, ready, release_statuses,
                                request_reconcile, stuck_install_remediation,
-                               stuck_upgrade_remediation, wait_released)
+                               stuck_upgrade_remediation, wait_released, wait_state_error)
 
 NAME = "hooked"
 
@@ -53,20 +55,32 @@ def assert_stuck_for_good(cluster, ns, hr) -> dict:
     return after
 
 
-def heal_by_hand(cluster, chart_server, ns, newest: int, revision: int) -> dict:
+def delete_newest_while_suspended(cluster, ns, newest: int, chart_server=None) -> None:
     """The manual way out: suspend, wait until helm-controller observed it, publish the
-    fixed chart (before resuming: an install remediation not yet out of retries would
-    reinstall the hooked one and get stuck again), delete the newest revision, resume;
-    returns the release once ``revision`` of the fixed chart is deployed."""
+    fixed chart when given ``chart_server`` (before resuming: the resumed generation resets
+    helm-controller's failure counts, and it would run the failing action and its
+    remediation again), delete the newest revision, resume."""
     cluster.suspend(ns, NAME, True)
     gen = cluster.get(ns, NAME)["metadata"]["generation"]
     eventually(lambda: cluster.get(ns, NAME)["status"].get("observedGeneration") == gen, 60,
                "helm-controller to observe the suspension")
-    publish_version(cluster.kube, ns, NAME, chart_server, FIXED_VERSION)
+    if chart_server is not None:
+        publish_version(cluster.kube, ns, NAME, chart_server, FIXED_VERSION)
     cluster.kube.request("DELETE", "DELETE",
                          f"/api/v1/namespaces/{ns}/secrets/sh.helm.release.v1.{NAME}.v{newest}")
     cluster.suspend(ns, NAME, False)
+
+
+def heal_by_hand(cluster, chart_server, ns, newest: int, revision: int) -> dict:
+    """:func:`delete_newest_while_suspended` with the chart fixed; returns the release once
+    ``revision`` of the fixed chart is deployed."""
+    delete_newest_while_suspended(cluster, ns, newest, chart_server)
     return wait_released(cluster.kube, ns, NAME, revision, FIXED_VERSION)
+
+
+def revision_uids(cluster, ns) -> set[str]:
+    return {s["metadata"]["uid"] for s in
+            cluster.kube.list_secrets(ns, storage.label_selector(NAME))}
 
 
 def assert_the_face(cluster, ns, hr, *, revision: int, storage: dict, released: str):
@@ -104,6 +118,18 @@ def test_install_remediation_stuck_on_its_pre_delete_hook(helm_controller, chart
     # never runs the uninstall again
     complete_hook_job(cluster.kube, ns, f"{NAME}-pre-delete")
     assert_stuck_for_good(cluster, ns, hr)
+
+    # the same way out with the chart still broken: helm-controller installs it again, and
+    # its remediation leaves a new revision 1 stuck the same way
+    before = revision_uids(cluster, ns)
+    started = time.monotonic()
+    delete_newest_while_suspended(cluster, ns, 1)
+    eventually(lambda: revision_uids(cluster, ns) - before, 120, "a new revision 1")
+    hr = wait_state_error(cluster.kube, ns, NAME, 1)
+    print(f"stuck again {time.monotonic() - started:.1f}s after the newest revision was "
+          f"deleted with the chart unchanged:", facts(cluster, ns, hr))
+    assert_the_face(cluster, ns, hr, revision=1, storage={1: "uninstalling"},
+                    released="InstallFailed")
 
     started = time.monotonic()
     hr = heal_by_hand(cluster, chart_server, ns, newest=1, revision=1)
