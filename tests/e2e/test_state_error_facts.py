@@ -83,13 +83,13 @@ def revision_uids(cluster, ns) -> set[str]:
             cluster.kube.list_secrets(ns, storage.label_selector(NAME))}
 
 
-def assert_the_face(cluster, ns, hr, *, revision: int, storage: dict, released: str):
+def assert_the_face(cluster, ns, hr, *, revision: int, statuses: dict, released: str):
     """Stuck with revision ``revision`` (chart ``0.<revision>.0``) ``uninstalling`` newest
-    in storage (``storage``: every revision's status, payload and label alike) and in
+    in storage (``statuses``: every revision's status, payload and label alike) and in
     helm-controller's history; ``Ready=False StateError``; the remediation's uninstall
     failed (``Remediated=False UninstallFailed``), the release action before it too
     (``Released=False <released>``)."""
-    assert release_statuses(cluster.kube, ns, NAME) == storage
+    assert release_statuses(cluster.kube, ns, NAME) == statuses
     snap = latest_snapshot(hr)
     chart = f"0.{revision}.0"
     assert (snap["version"], snap["chartVersion"], snap["status"]) == (
@@ -109,7 +109,7 @@ def test_install_remediation_stuck_on_its_pre_delete_hook(helm_controller, chart
     took = time.monotonic() - started
     print(f"install remediation stuck after {took:.1f}s on helm-controller "
           f"{helm_controller.version}:", facts(cluster, ns, hr))
-    assert_the_face(cluster, ns, hr, revision=1, storage={1: "uninstalling"},
+    assert_the_face(cluster, ns, hr, revision=1, statuses={1: "uninstalling"},
                     released="InstallFailed")
     assert len(hr["status"]["history"]) == 1
 
@@ -128,7 +128,7 @@ def test_install_remediation_stuck_on_its_pre_delete_hook(helm_controller, chart
     hr = wait_state_error(cluster.kube, ns, NAME, 1)
     print(f"stuck again {time.monotonic() - started:.1f}s after the newest revision was "
           f"deleted with the chart unchanged:", facts(cluster, ns, hr))
-    assert_the_face(cluster, ns, hr, revision=1, storage={1: "uninstalling"},
+    assert_the_face(cluster, ns, hr, revision=1, statuses={1: "uninstalling"},
                     released="InstallFailed")
 
     started = time.monotonic()
@@ -150,7 +150,7 @@ def _upgrade_remediation(helm_controller, chart_server, cluster, ns, good_upgrad
           f"helm-controller {helm_controller.version}:", facts(cluster, ns, hr))
     older = {r: "superseded" for r in range(1, failing - 1)}
     # an older revision deployed does not make it healthy
-    assert_the_face(cluster, ns, hr, revision=failing, released="UpgradeFailed", storage={
+    assert_the_face(cluster, ns, hr, revision=failing, released="UpgradeFailed", statuses={
         **older, failing - 1: "deployed", failing: "uninstalling"})
 
     hr = assert_stuck_for_good(cluster, ns, hr)
