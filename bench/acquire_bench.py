@@ -13,6 +13,10 @@ waits until helm-controller reports "has no deployed releases"; then it waits ``
 seconds and runs the real CLI.  helm-controller runs with the e2e tier's flags
 (``--max-retry-delay=3s``: it retries the stuck release every few seconds, so its status
 writes race our acquire as in a busy cluster).  Prints per-round lines and the totals.
+With ``--face state-error`` the release is stuck the way helm-controller's own install
+remediation leaves it (issue 47: revision 1 ``uninstalling`` in its history, Ready=False
+StateError), then its chart is fixed.  Without ``--serve`` each round also times stuck →
+Ready: from starting the recovery until helm-controller reports Ready=True again.
 Run it against another tree with ``--tree PATH`` (e.g. a checkout of an older commit) to
 compare before/after in one run.  With ``--serve`` one ``serve`` process (all namespaces, no
 leader election) runs throughout; each round breaks a healthy release, serve recovers it on
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,12 +46,22 @@ from testplane.cluster import Cluster, eventually  # noqa: E402
 from testplane.helmctl import (ChartServer, HelmController, break_release,  # noqa: E402
                                build_chart, helmrelease, is_ready, publish_chart, ready,
                                request_reconcile)
+from testplane.helmctl import (FIXED_VERSION, publish_version,  # noqa: E402
+                               stuck_install_remediation)
 from testplane.plane import ControlPlane  # noqa: E402
 
 UA = "kubectl-flux-plunger"
 
 
-def stuck_release(cluster: Cluster, server: ChartServer, chart: Path, ns: str) -> None:
+def stuck_release(cluster: Cluster, server: ChartServer, chart: Path, ns: str,
+                  face: str = "no-deployed-releases") -> None:
+    if face == "state-error":
+        # issue 47: helm-controller's install remediation runs an uninstall whose pre-delete
+        # hook times out; its history records revision 1 uninstalling (Ready=False
+        # StateError).  The chart is then fixed, so the recovery's install succeeds
+        stuck_install_remediation(cluster.kube, ns, "demo", server)
+        publish_version(cluster.kube, ns, "demo", server, FIXED_VERSION)
+        return
     publish_chart(cluster.kube, ns, "demo", chart, server)
     cluster.apply(helmrelease(ns, "demo", "demo"), manager="kustomize-controller")
     eventually(lambda: is_ready(cluster.get(ns, "demo")), 120, "installed")
@@ -57,6 +72,12 @@ def stuck_release(cluster: Cluster, server: ChartServer, chart: Path, ns: str) -
         r = ready(cluster.get(ns, "demo"))
         return bool(r) and r[0] == "False" and "has no deployed releases" in r[2]
     eventually(stuck, 120, "stuck")
+
+
+def healthy_again(hr: dict | None) -> bool:
+    """Ready=True, at the generation helm-controller last observed."""
+    return bool(is_ready(hr) and hr
+                and hr["status"].get("observedGeneration") == hr["metadata"]["generation"])
 
 
 def recover(plane: ControlPlane, ns: str, tree: Path) -> tuple[int, str]:
@@ -144,6 +165,11 @@ def main() -> int:
                     help="run this tree's executor in-process instead of the CLI")
     ap.add_argument("--serve", action="store_true",
                     help="count what a running serve process sends per recovery")
+    ap.add_argument("--face", choices=("no-deployed-releases", "state-error"),
+                    default="no-deployed-releases",
+                    help="how the release is stuck: an interrupted uninstall (\"has no deployed "
+                         "releases\") or helm-controller's failed remediation (StateError); "
+                         "not with --serve")
     ap.add_argument("--tree", type=Path, default=ROOT,
                     help="source tree whose kubectl_flux_plunger runs (default: this one)")
     args = ap.parse_args()
@@ -155,6 +181,7 @@ def main() -> int:
     kube = plane.kube(user_agent="bench")
     cluster = Cluster(kube)
     totals: Counter = Counter()
+    ready_after: list[float] = []
     first_409 = 0
     serve = None
     if args.serve:   # one serve for the whole bench, from --tree
@@ -169,12 +196,18 @@ def main() -> int:
             if serve is not None:
                 code, line, events = recovered_by_serve(plane, cluster, server, chart, ns)
             else:
-                stuck_release(cluster, server, chart, ns)
+                stuck_release(cluster, server, chart, ns, args.face)
                 time.sleep(args.idle)
                 mark = plane.audit_mark()
+                started = time.monotonic()
                 code, line = (recover_in_process(plane, ns) if args.in_process
                               else recover(plane, ns, args.tree))
                 events = settled_events(plane, mark)
+                # stuck → Ready: from starting the recovery until helm-controller reports
+                # the release Ready=True at a generation it observed (its install or upgrade
+                # after the recovery)
+                eventually(lambda: healthy_again(cluster.get(ns, "demo")), 180, "Ready again")
+                ready_after.append(time.monotonic() - started)
             applies = [e for e in events if e["verb"] == "patch"
                        and (e.get("objectRef") or {}).get("resource") == "helmreleases"]
             conflicts = sum((e.get("responseStatus") or {}).get("code") == 409 for e in applies)
@@ -199,6 +232,10 @@ def main() -> int:
     print(f"requests per recovery (end to end, audit log): {requests / n:.1f}")
     for key in sorted(k for k in totals if k != "recoveries"):
         print(f"  {key}: {totals[key] / n:.2f}")
+    if ready_after:
+        ordered = sorted(ready_after)
+        print(f"stuck -> Ready (recovery started -> Ready=True), {args.face}: median "
+              f"{statistics.median(ordered):.1f} s, min {ordered[0]:.1f} s, max {ordered[-1]:.1f} s")
     return 0
 
 

@@ -114,7 +114,8 @@ def _summary(s: Session, rep: Any, output: str, *, watch: bool) -> None:
     plural = "s" if rep.total != 1 else ""
     if rep.rows and output in ("table", "wide") and not watch:
         counts = render.state_counts(r.state for r in rep.rows)
-        click.echo(f"{rep.total} HelmRelease{plural}{s.where()}: {counts}.", err=True)
+        listed = f"{len(rep.rows)} listed"
+        click.echo(f"{rep.total} HelmRelease{plural}{s.where()}, {listed}: {counts}.", err=True)
     if not rep.rows and not rep.missing and output not in ("json", "yaml"):
         if rep.total == 0:
             click.echo(f"No resources found{s.where()}.", err=True)

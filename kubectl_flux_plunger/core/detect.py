@@ -146,7 +146,7 @@ def is_stuck(hr: Obj) -> bool:
 
 
 def failing_reason(hr: Obj) -> str | None:
-    """helm-controller's reason (else ``Failed``) when the Ready condition is False for
+    """helm-controller's reason (else ``Unspecified``) when the Ready condition is False for
     something flux-plunger does not repair; None when Ready is not False or the release
     is stuck (``stuck_face``).  ``status`` lists these, and writes nothing to them."""
     if is_stuck(hr):
@@ -155,7 +155,7 @@ def failing_reason(hr: Obj) -> str | None:
     if ready is None or ready.get("status") != "False":
         return None
     reason = ready.get("reason")
-    return reason if isinstance(reason, str) and reason else "Failed"
+    return reason if isinstance(reason, str) and reason else "Unspecified"
 
 
 def is_terminating(hr: Obj) -> bool:

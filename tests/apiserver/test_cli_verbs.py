@@ -611,7 +611,7 @@ def test_status_lists_failing_releases_and_writes_nothing_to_them(cli, cluster, 
     (line,) = res.out.splitlines()[1:]
     assert line.split()[:2] == ["broken", "failing"], res.out
     assert "helm-controller reports InstallFailed; flux-plunger does not repair it" in line
-    assert res.err.splitlines()[-1] == f"2 HelmReleases in {ns} namespace: 1 failing.", res.err
+    assert res.err.splitlines()[-1] == f"2 HelmReleases in {ns} namespace, 1 listed: 1 failing.", res.err
     doc = json.loads(cli("status", "-n", ns, "-o", "json").out)
     schema().validate(doc)
     (item,) = doc["items"]

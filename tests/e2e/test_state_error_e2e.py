@@ -47,7 +47,7 @@ def test_install_remediation_state_error_is_listed_and_recovered_by_recover(
     assert (item["storage"]["latestRevision"], item["storage"]["helmStatus"]) == \
         (1, "uninstalling"), item
     table = cli("status", "-n", ns)
-    assert table.code == 0 and f"1 HelmRelease in {ns} namespace: 1 stuck." in table.err, table
+    assert table.code == 0 and f"1 HelmRelease in {ns} namespace, 1 listed: 1 stuck." in table.err, table
     plan = cli("recover", "-n", ns, "--dry-run")
     assert plan.code == 0 and "would recover 1 of 1 stuck" in plan.out, plan
 

@@ -76,8 +76,8 @@ def test_state_error_needs_ready_false_reason_and_message(condition: dict) -> No
 def test_failing_reason_for_what_flux_plunger_does_not_repair() -> None:
     failing = {**ready_condition(), "status": "False", "reason": "InstallFailed"}
     assert failing_reason(hr(conditions=[failing])) == "InstallFailed"
-    assert failing_reason(hr(conditions=[{**failing, "reason": ""}])) == "Failed"
-    assert failing_reason(hr(conditions=[{**failing, "reason": None}])) == "Failed"
+    assert failing_reason(hr(conditions=[{**failing, "reason": ""}])) == "Unspecified"
+    assert failing_reason(hr(conditions=[{**failing, "reason": None}])) == "Unspecified"
     assert failing_reason(hr(conditions=[ready_condition()])) is None
     assert failing_reason(hr()) is None
     assert failing_reason(hr(conditions=[stuck_condition()])) is None
