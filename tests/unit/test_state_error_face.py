@@ -208,3 +208,50 @@ def test_recovered_event_names_both_faces() -> None:
     message = plan.RECOVERED.message
     assert "has no deployed releases" in message and "StateError" in message
     assert detect.Face.STATE_ERROR.value == str(detect.Face.STATE_ERROR) == "state-error"
+
+
+# --- every verdict of the face, whole (what `status` and `recover` print) ---------------------
+
+
+def _rev(number: int, status: str):
+    from kubectl_flux_plunger.core.storage import Revision
+    return Revision.from_secret(secret(number, status))
+
+
+def test_each_verdict_of_the_face_whole() -> None:
+    from kubectl_flux_plunger.core.storage import Choice
+    older = secret(1, "deployed")
+    assert plan.choose(stuck_hr(), [older, secret(2, "uninstalling")]) == Choice(
+        _rev(2, "uninstalling"), "uninstalling", True,
+        "newest revision 2 has status uninstalling, recorded in helm-controller's history, "
+        "which it cannot place (StateError)")
+    assert plan.choose(stuck_hr(recorded=(2, "failed")), [older, secret(2, "failed")]) == Choice(
+        _rev(2, "failed"), "failed", False,
+        "newest revision 2 has status failed, not the 'uninstalling' helm-controller reported "
+        "(its next attempt reports anew)", refusal=Refusal.STALE_FACE)
+    superseded = stuck_hr("superseded", recorded=(2, "superseded"))
+    assert plan.choose(superseded, [older, secret(2, "superseded")]) == Choice(
+        _rev(2, "superseded"), "superseded", False,
+        "newest revision 2 has status superseded, which helm-controller cannot place but "
+        "flux-plunger never deletes", refusal=Refusal.UNEXPECTED_STATUS)
+    assert plan.choose(stuck_hr(recorded=(1, "deployed")), [older, secret(2, "uninstalling")]) \
+        == Choice(_rev(2, "uninstalling"), "uninstalling", False,
+                  "status.history's latest snapshot is revision 1 ('deployed'), not newest "
+                  "revision 2 (uninstalling): helm-controller's next attempt takes the release "
+                  "for unmanaged", refusal=Refusal.STALE_FACE)
+    corrupt = secret(2, "uninstalling")
+    corrupt["data"]["release"] = "%%%"
+    choice = plan.choose(stuck_hr(), [older, corrupt])
+    assert choice.refusal is Refusal.CORRUPT and choice.reason.startswith(
+        "newest revision 2 has a corrupt payload: data.release is not valid base64 ("), choice
+
+
+def test_the_face_is_read_from_the_condition_that_names_it() -> None:
+    """A malformed status with two Ready conditions, the first saying "has no deployed
+    releases": that face decides, and the storage is judged as for it (a deployed v1
+    refuses), not by the StateError of the second."""
+    release = stuck_hr()
+    release["status"]["conditions"].insert(0, stuck_condition())
+    assert stuck_face(release) is Face.NO_DEPLOYED
+    choice = plan.choose(release, [secret(1, "deployed"), secret(2, "uninstalling")])
+    assert not choice.ok and choice.refusal is Refusal.DEPLOYED
