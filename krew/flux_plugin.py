@@ -7,6 +7,7 @@ plunger``): the single-file executable per platform, the plugin manifest ``plung
     python3 krew/flux_plugin.py manifest SHA256SUMS --out-dir D [--url-base URL] [--all-platforms]
                                                                 # plunger.yaml + catalog.yaml
     python3 krew/flux_plugin.py check FILE...                   # the schema's rules, our own code
+    python3 krew/flux_plugin.py verify SINGLE ARCHIVE           # embeds it; static on Linux
 
 What Flux v2.9.5 does (github.com/fluxcd/flux2/v2, internal/plugin/, pkg/plugin/types.go):
 ``flux plugin install NAME`` fetches ``<catalog>NAME.yaml`` (the catalog base URL: the latest
@@ -132,6 +133,27 @@ def build(archive: Path, out_dir: Path) -> Path:
 def embedded_archive(single: Path, archive: Path) -> bool:
     """Whether ``single`` holds ``archive`` byte for byte (what the release tier checks)."""
     return archive.read_bytes() in single.read_bytes()
+
+
+def verify(single: Path, archive: Path) -> str:
+    """That ``single`` is ``archive``'s single file: it embeds the archive byte for byte, and
+    on Linux its launcher needs no glibc version at all (a static executable), so the single
+    file's glibc floor is the archive's (krew/floor.py checks that).  Returns what it found."""
+    import floor
+
+    tag, plat = archive_platform(archive)
+    if single.name != asset_name(tag, plat):
+        raise FluxPluginError(f"{single.name} is not the single file of {archive.name} "
+                              f"({asset_name(tag, plat)})")
+    if not embedded_archive(single, archive):
+        raise FluxPluginError(f"{single.name} does not embed {archive.name}")
+    if plat.startswith("linux/"):
+        needs = floor.needed_versions(single.read_bytes(), single.name)
+        if needs:
+            raise FluxPluginError(f"{single.name}'s launcher is not static: it needs "
+                                  f"{', '.join(sorted(needs))}")
+        return f"{single.name}: a static launcher embedding {archive.name}"
+    return f"{single.name}: embeds {archive.name}"
 
 
 # -- plunger.yaml and catalog.yaml -------------------------------------------------------------
@@ -376,6 +398,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="fail unless every platform's single file is in SUMS (the release)")
     m.add_argument("--previous", type=Path,
                    help="a plunger.yaml whose versions follow this one (the upstream listing)")
+    v = sub.add_parser("verify", help="SINGLE embeds ARCHIVE, and (Linux) needs no glibc")
+    v.add_argument("single", type=Path)
+    v.add_argument("archive", type=Path)
     c = sub.add_parser("check", help="check plunger.yaml / catalog.yaml files")
     c.add_argument("files", type=Path, nargs="+")
     c.add_argument("--loopback-ok", action="store_true",
@@ -398,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
                                           all_platforms=args.all_platforms,
                                           previous=args.previous)
             print(f"{plugin}, {cat} written for {tag}", file=sys.stderr)
+            return 0
+        if args.cmd == "verify":
+            print(verify(args.single, args.archive))
             return 0
         return check_files(args.files, args.loopback_ok)
     except FluxPluginError as exc:
