@@ -13,6 +13,7 @@ import hashlib
 import importlib.util
 import io
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -219,7 +220,7 @@ def standin_archive(directory: Path, tag: str = "v9.8.7") -> Path:
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory) -> tuple[Path, Path]:
-    """(single file, its stand-in archive)."""
+    """(single file, its stand-in archive); its pre-rendered answers are the stand-in's."""
     if fp.binary.host_platform() != "linux/amd64":
         pytest.skip("the stand-in archive is named linux/amd64; this host runs another platform")
     d = tmp_path_factory.mktemp("single")
@@ -256,8 +257,8 @@ def test_the_single_file_holds_the_archive_and_unpacks_it_once(single, tmp_path)
     assert unpacked.stat().st_mode & 0o777 == 0o755
     marker = unpacked / "_internal" / "lib.so"
     before = marker.stat().st_mtime_ns
-    second = run(installed, "version", "--client", cache=cache, STANDIN_EXIT="3")
-    assert (second.returncode, second.stdout) == (3, "flux-plunger version --client\n")
+    second = run(installed, "status", "x", cache=cache, STANDIN_EXIT="3")
+    assert (second.returncode, second.stdout) == (3, "flux-plunger status x\n")
     assert marker.stat().st_mtime_ns == before and list(cache.iterdir()) == [unpacked]
 
 
@@ -330,3 +331,73 @@ def test_older_versions_beyond_three_are_pruned(tmp_path):
         assert run(exe, cache=cache).returncode == 0
         seen.append(sorted(p.name.split("-")[0] for p in cache.iterdir()))
     assert seen[-1] == ["v1.0.2", "v1.0.3", "v1.0.4"]
+
+
+def in_terminal(exe: Path, args: list[str], cols: int, cache: Path) -> str:
+    """``exe ARGS`` with stdout on a pseudo-terminal ``cols`` wide; what it printed."""
+    import fcntl
+    import struct
+    import termios
+
+    main, sub = os.openpty()
+    fcntl.ioctl(sub, termios.TIOCSWINSZ, struct.pack("HHHH", 40, cols, 0, 0))
+    try:
+        proc = subprocess.run([str(exe), *args], stdout=sub, stderr=subprocess.PIPE,
+                              timeout=60, env={"PATH": "/usr/bin:/bin",
+                                               "FLUX_PLUNGER_UNPACK_DIR": str(cache)})
+        assert proc.returncode == 0, proc.stderr
+        os.close(sub)
+        sub = -1
+        out = b""
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # EIO: the other side is closed and drained
+                break
+            if not chunk:
+                break
+            out += chunk
+        return out.decode().replace("\r\n", "\n")
+    finally:
+        os.close(main)
+        if sub >= 0:
+            os.close(sub)
+
+
+def test_help_and_version_are_answered_without_starting_the_bundle(single, tmp_path):
+    """The invocations the entry point answers from pre-rendered text are answered by the
+    launcher with what the bundle printed at build time (here the stand-in's), unpacking
+    nothing; any other width, a completion request or another verb runs the bundle."""
+    exe, _ = single
+    cache = tmp_path / "cache"
+    for args in (["--help"], ["-h"], ["--version"], ["version", "--client"]):
+        for width in ("80", "100", "240"):
+            proc = run(exe, *args, cache=cache, COLUMNS=width)
+            assert (proc.returncode, proc.stdout) == (0, f"flux-plunger {' '.join(args)}\n")
+        assert run(exe, *args, cache=cache).stdout == f"flux-plunger {' '.join(args)}\n"  # a pipe: 80
+    assert in_terminal(exe, ["--help"], 120, cache) == "flux-plunger --help\n"
+    assert not cache.exists()  # nothing was unpacked: the bundle never ran
+    for args, env in ((["--help"], {"COLUMNS": "90"}), (["--help"], {"COLUMNS": " 100"}),
+                      (["--help"], {"_FLUX_PLUNGER_COMPLETE": "bash_complete"}),
+                      (["--help", "-h"], {}), (["version"], {})):
+        shutil.rmtree(cache, ignore_errors=True)
+        proc = run(exe, *args, cache=cache, **env)
+        assert proc.stdout == f"flux-plunger {' '.join(args)}\n", (args, env)
+        assert cache.is_dir(), (args, env)  # it ran the bundle, unpacked first
+    shutil.rmtree(cache)
+    assert in_terminal(exe, ["--help"], 90, cache) == "flux-plunger --help\n"
+    assert cache.is_dir()
+
+
+def test_a_closed_pipe_ends_a_fast_answer_with_exit_1_and_no_message(single, tmp_path):
+    """As the bundle does (`| head` having gone): exit 1, nothing on stderr, no SIGPIPE."""
+    exe, _ = single
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run([str(exe), "--help"], stdout=write, stderr=subprocess.PIPE,
+                              timeout=60, env={"PATH": "/usr/bin:/bin",
+                                               "FLUX_PLUNGER_UNPACK_DIR": str(tmp_path)})
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (1, b"")
