@@ -122,7 +122,7 @@ def main() -> int:
             ("flux --help", [str(flux), "--help"], env0)]
         for name, d in dirs.items():
             env = dict(env0, FLUXCD_PLUGINS=str(d), FLUX_PLUNGER_UNPACK_DIR=str(warm_cache))
-            for args in (["--help"], ["version", "--client"]):
+            for args in (["--help"], ["version", "--client"], ["status", "--help"]):
                 label = f"[{name}{' warm' if name == 'single' else ''}] flux plunger {' '.join(args)}"
                 cases.append((label, [str(flux), "plunger", *args], env))
                 if name == "single":  # env None: a fresh cache directory per run
