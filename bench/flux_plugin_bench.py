@@ -138,7 +138,7 @@ def main() -> int:
                            FLUX_PLUNGER_UNPACK_DIR=str(base / f"cold-{cold}"))
             result = measure(argv, env)
             if env.get("FLUX_PLUNGER_UNPACK_DIR", "").startswith(str(base / "cold-")):
-                shutil.rmtree(env["FLUX_PLUNGER_UNPACK_DIR"])
+                shutil.rmtree(env["FLUX_PLUNGER_UNPACK_DIR"], ignore_errors=True)
             return result
 
         for _, argv, env in cases:       # the page cache, and the warm cache directory
