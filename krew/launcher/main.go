@@ -5,7 +5,10 @@
 // this small static Go program (no cgo: it needs no libc at all) with the platform's krew
 // archive embedded in it byte for byte (go:embed: in the executable's read-only data, which
 // a Mach-O code signature covers, as bytes appended after the end would not be), and the
-// version and the archive's sha256 set at link time.
+// version and the archive's sha256 set at link time.  It builds with Go 1.20 and newer, so
+// that each platform's can be built with a Go whose floor is the archive's (release.yml:
+// macOS 10.15 on Intel needs Go <= 1.22, macOS 11 on arm64 Go <= 1.24, Windows 8.1 Go 1.20;
+// Linux: static, no libc).
 //
 // On its first run the launcher unpacks the archive once into a versioned directory of the
 // user's cache (FLUX_PLUNGER_UNPACK_DIR, else os.UserCacheDir()/flux-plunger, else a hidden
@@ -128,7 +131,10 @@ func fastKey(argv []string) string {
 			cols = 80
 		}
 	}
-	return strings.ReplaceAll(args, "\x00", " ") + "|" + prog + "|" + strconv.Itoa(min(cols, 100))
+	if cols > 100 {
+		cols = 100
+	}
+	return strings.ReplaceAll(args, "\x00", " ") + "|" + prog + "|" + strconv.Itoa(cols)
 }
 
 // answer prints a pre-rendered answer as the bundle would: exit 0, or 1 when the reader has
