@@ -287,6 +287,8 @@ def test_it_runs_where_tmp_is_mounted_noexec(dist, plane, cluster, tmp_path):
         pytest.skip("needs root and unshare(1) to mount a noexec /tmp in a mount namespace")
     ns = cluster.namespace("noexec")
     cluster.create_hr(ns, "demo")
+    cluster.storage(ns, "demo", [(1, "superseded"), (2, "uninstalling")])
+    cluster.make_stuck(ns, "demo")
     (tmp_path / "plugins").mkdir()
     shutil.copyfile(dist / SINGLE, tmp_path / "plugins" / "flux-plunger")
     (tmp_path / "plugins" / "flux-plunger").chmod(0o755)
@@ -304,6 +306,7 @@ def test_it_runs_where_tmp_is_mounted_noexec(dist, plane, cluster, tmp_path):
     lines = proc.stdout.splitlines()
     assert lines[0] == f"Client Version: {X_Y_Z}"
     assert lines[2].split()[0] == "NAME" and lines[3].split()[0] == "demo", proc.stdout
+    assert "stuck" in lines[3].split(), proc.stdout
     assert len(list((tmp_path / "home" / ".cache" / "flux-plunger").iterdir())) == 1
 
 
@@ -383,6 +386,8 @@ def test_it_runs_in_the_debian_11_floor_root(dist, plane, cluster):
                     pytrace=False)
     ns = cluster.namespace("floorfp")
     cluster.create_hr(ns, "demo")
+    cluster.storage(ns, "demo", [(1, "superseded"), (2, "uninstalling")])
+    cluster.make_stuck(ns, "demo")
     inside = buildroot.Builder(found)
     import tempfile
 
@@ -406,4 +411,4 @@ def test_it_runs_in_the_debian_11_floor_root(dist, plane, cluster):
         status = inside.run([exe, "status", "-n", ns, "--kubeconfig",
                              inside.inner(here / "kubeconfig")], env=env, timeout=120)
         assert status.returncode == 0, status.stderr
-        assert rows(status.stdout)[1][0] == "demo", status.stdout
+        assert rows(status.stdout)[1][0] == "demo" and "stuck" in rows(status.stdout)[1], status.stdout
