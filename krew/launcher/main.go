@@ -140,7 +140,7 @@ func fastKey(argv []string) string {
 // answer prints a pre-rendered answer as the bundle would: exit 0, or 1 when the reader has
 // gone (`| head`), with no message.
 func answer(text string) int {
-	signal.Ignore(syscall.SIGPIPE)
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE) // else a write to a closed fd 1 kills
 	if _, err := os.Stdout.WriteString(text); err != nil {
 		return 1
 	}

@@ -158,7 +158,7 @@ def test_a_platform_or_version_listed_twice_is_refused(generated):
     plugin, _ = generated
     doubled = copy.deepcopy(plugin)
     doubled["versions"][0]["platforms"].append(doubled["versions"][0]["platforms"][0])
-    assert fp.check(doubled) == ["Plugin.versions[0].platforms[5]: darwin/amd64 is listed twice"]
+    assert fp.check(doubled) == ["Plugin.versions[0].platforms[5]: linux/amd64 is listed twice"]
     doubled = copy.deepcopy(plugin)
     doubled["versions"].append(doubled["versions"][0])
     assert fp.check(doubled) == [f"Plugin.versions[1].version: '{TAG.lstrip('v')}' is listed twice"]
@@ -194,7 +194,7 @@ def test_the_check_command_names_the_file_and_exits_1(generated, tmp_path):
 
 # -- the launcher, with a stand-in bundle -------------------------------------------------
 
-SCRIPT = b'#!/bin/sh\necho "$(basename "$0") $*"\nexit "${STANDIN_EXIT:-0}"\n'
+SCRIPT = b'#!/bin/sh\necho "${0##*/} $*"\nexit "${STANDIN_EXIT:-0}"\n'
 
 
 def standin_archive(directory: Path, tag: str = "v9.8.7") -> Path:
@@ -299,7 +299,7 @@ def test_a_damaged_cache_is_unpacked_again(single, tmp_path):
 def test_a_damaged_executable_is_refused_and_unpacks_nothing(single, tmp_path):
     exe, archive = single
     data = bytearray(exe.read_bytes())
-    at = bytes(data).index(archive.read_bytes()) + 2000
+    at = bytes(data).index(archive.read_bytes()) + archive.stat().st_size // 2
     data[at] ^= 0xFF
     bad = tmp_path / "flux-plunger"
     bad.write_bytes(bytes(data))

@@ -38,7 +38,7 @@ def problems(spec: dict) -> list[str]:
                          ids=lambda p: p.name)
 def test_the_manifest_texts_are_what_the_index_asks(path):
     text = path.read_text().replace("@tag@", "v0.0.0").replace("@repo@", "o/r")
-    text = text.replace("@platforms@\n", "  []\n")
+    text = text.replace("@platforms@\n", "  - {}\n")
     spec = yaml.safe_load(text)["spec"]
     assert problems(spec) == []
     assert "no Python" in spec["caveats"]  # the one thing said about this machine
