@@ -154,15 +154,26 @@ def venv_dir(tree: Path, cache: Path, builder: Builder = Builder()) -> Path:
 
 
 def venv_ready(tree: Path, builder: Builder) -> bool:
-    return (venv_dir(tree, cache_dir(), builder) / "done").is_file()
+    venv = venv_dir(tree, cache_dir(), builder)
+    return (venv / "done").is_file() and venv_python(venv).exists()
 
 
 def build_venv(tree: Path, cache: Path, offline: bool, builder: Builder = Builder()) -> Path:
     """The cached build virtualenv (created once per key); returns its python.  In the floor
-    root it lives inside the root (/opt/venvs), made by the root's interpreter."""
+    root it lives inside the root (/opt/venvs), made by the root's interpreter.  One process
+    at a time makes it (a lock in the cache): two set-ups at once on one machine (two work
+    trees) once left a floor venv holding nothing but its ``done`` mark, each having removed
+    the other's half-made one."""
     venv = venv_dir(tree, cache, builder)
-    if (venv / "done").is_file():
+    if (venv / "done").is_file() and venv_python(venv).exists():
         return venv_python(venv)
+    with _locked(cache / "venv.lock"):
+        return _build_venv(tree, cache, offline, builder, venv)
+
+
+def _build_venv(tree: Path, cache: Path, offline: bool, builder: Builder, venv: Path) -> Path:
+    if (venv / "done").is_file() and venv_python(venv).exists():
+        return venv_python(venv)  # made by the process that held the lock before us
     if offline:
         raise BinaryError(f"--offline, but the build virtualenv {venv} is missing; "
                           "run python3 krew/build.py --fetch once")
