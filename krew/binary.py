@@ -153,9 +153,14 @@ def venv_dir(tree: Path, cache: Path, builder: Builder = Builder()) -> Path:
     return cache / f"venv-{venv_key(tree)}"
 
 
+def _venv_done(venv: Path) -> bool:
+    """Made, and still there: its mark and its python (a link; in the floor root it names a
+    path inside the root, so only the link itself is looked at)."""
+    return (venv / "done").is_file() and os.path.lexists(venv_python(venv))
+
+
 def venv_ready(tree: Path, builder: Builder) -> bool:
-    venv = venv_dir(tree, cache_dir(), builder)
-    return (venv / "done").is_file() and venv_python(venv).exists()
+    return _venv_done(venv_dir(tree, cache_dir(), builder))
 
 
 def build_venv(tree: Path, cache: Path, offline: bool, builder: Builder = Builder()) -> Path:
@@ -165,14 +170,14 @@ def build_venv(tree: Path, cache: Path, offline: bool, builder: Builder = Builde
     trees) once left a floor venv holding nothing but its ``done`` mark, each having removed
     the other's half-made one."""
     venv = venv_dir(tree, cache, builder)
-    if (venv / "done").is_file() and venv_python(venv).exists():
+    if _venv_done(venv):
         return venv_python(venv)
     with _locked(cache / "venv.lock"):
         return _build_venv(tree, cache, offline, builder, venv)
 
 
 def _build_venv(tree: Path, cache: Path, offline: bool, builder: Builder, venv: Path) -> Path:
-    if (venv / "done").is_file() and venv_python(venv).exists():
+    if _venv_done(venv):
         return venv_python(venv)  # made by the process that held the lock before us
     if offline:
         raise BinaryError(f"--offline, but the build virtualenv {venv} is missing; "
