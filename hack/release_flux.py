@@ -4,7 +4,8 @@ Plugin) and ``catalog.yaml`` (kind PluginCatalog).
 
     flux-plunger-vX.Y.Z-OS-ARCH[.exe]   krew/flux_plugin.py build: krew/launcher with the krew
                                         archive embedded byte for byte (Flux installs it as
-                                        $FLUXCD_PLUGINS/flux-plunger)
+                                        $FLUXCD_PLUGINS/flux-plunger); krew/flux_plugin.py
+                                        verify checks that, and that it needs no glibc
     plunger.yaml                        this version, one platform entry per single file, its
                                         url on the GitHub release and checksum sha256:<hex>
     catalog.yaml                        the catalog `flux plugin search` reads
@@ -47,6 +48,7 @@ def build_flux_plugin(tree: Path, out: Path, archive: Path, repo: str) -> tuple[
     single = out / (f"flux-plunger-{tag}-{osname}-{arch}" + (".exe" if osname == "windows" else ""))
     if not single.is_file():
         raise ReleaseError(f"krew/flux_plugin.py made no {single.name}")
+    run("verify", str(single), str(archive))  # it embeds the archive; static on Linux
     with tempfile.TemporaryDirectory(prefix="release-flux-") as tmp:
         sums = Path(tmp) / "single.sha256"
         sums.write_text(f"{sha256_file(single)}  {single.name}\n")
