@@ -11,7 +11,7 @@ module, testplane.binaries target ``flux``) and no Python on its PATH:
   `flux plugin uninstall plunger`; a checksum that is not the file's is refused by flux and
   installs nothing;
 * the single file is the release's krew archive (the krew manifest's sha256) inside a static
-  launcher; it runs where /tmp is mounted noexec, in a root file system with no Python and
+  launcher; concurrent first runs unpack it once; it runs where /tmp is mounted noexec, in a root file system with no Python and
   nothing but the system libraries the bundle loads, and in the Debian 11 floor root
   (glibc 2.31) where this machine has it.
 """
@@ -308,6 +308,29 @@ def test_it_runs_where_tmp_is_mounted_noexec(dist, plane, cluster, tmp_path):
     assert lines[2].split()[0] == "NAME" and lines[3].split()[0] == "demo", proc.stdout
     assert "stuck" in lines[3].split(), proc.stdout
     assert len(list((tmp_path / "home" / ".cache" / "flux-plunger").iterdir())) == 1
+
+
+def test_concurrent_first_runs_of_the_real_single_file(dist, tmp_path):
+    """Six first runs at once, each needing the bundle, with one empty cache: every one
+    answers, and one complete version directory is left (no temporary one)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = tmp_path / "cache"
+    env = {"PATH": SYSTEM_PATH, "HOME": str(tmp_path), "FLUX_PLUNGER_UNPACK_DIR": str(cache)}
+
+    def first(_: int) -> subprocess.CompletedProcess:
+        return subprocess.run([str(dist / SINGLE), "status", "--help"], capture_output=True,
+                              text=True, timeout=300, env=env)
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(first, range(6)))
+    assert all(r.returncode == 0 for r in results), [r.stderr for r in results]
+    assert {r.stdout for r in results} == {results[0].stdout}
+    assert results[0].stdout.startswith("Usage: flux plunger status ")  # named flux-plunger-…
+    [unpacked] = list(cache.iterdir())
+    with tarfile.open(dist / ARCHIVE) as tar:
+        names = {m.name for m in tar.getmembers()}
+    assert names <= {p.relative_to(unpacked).as_posix() for p in unpacked.rglob("*")}
 
 
 def system_libraries(bundle: Path) -> set[str]:
