@@ -14,6 +14,12 @@ What lands in --out (default dist/), for version vX.Y.Z:
                                                   (krew/build.py; hack/release_binary.py)
     flux-plunger.yaml                             the krew manifest (five platforms; release.yml
                                                   rewrites it from every archive's checksum)
+    flux-plunger-vX.Y.Z-OS-ARCH                   this platform's single-file executable for
+                                                  `flux plugin install plunger`: the krew
+                                                  archive inside a launcher (hack/release_flux.py)
+    plunger.yaml, catalog.yaml                    the Flux plugin catalog (kind Plugin,
+                                                  PluginCatalog; release.yml rewrites plunger.yaml
+                                                  from every platform's single file)
     kubectl-flux-plunger-vX.Y.Z.oci.tar           the controller image, an OCI image layout
                                                   (tar): an index of linux/amd64 + linux/arm64
     flux-plunger-X.Y.Z.tgz                        the chart (helm package), image pinned by digest
@@ -56,6 +62,7 @@ One module per step, each readable and changeable apart; this script runs them i
     hack/release_source.py   the commit exported into a tree; the versions it states
     hack/release_python.py   the wheel and the sdist
     hack/release_binary.py   the krew archive and manifest
+    hack/release_flux.py     the single file of that archive, plunger.yaml, catalog.yaml
     hack/release_wheels.py   the image's locked wheels (--fetch), the dependencies for pipx
     hack/release_image.py    the controller image
     hack/release_chart.py    the chart
@@ -81,6 +88,7 @@ sys.path.insert(0, str(ROOT / "hack"))
 import release_sign  # noqa: E402 - the SBOMs (and, after the build, signing)
 from release_chart import build_chart, find_helm  # noqa: E402
 from release_common import ReleaseError, Stamp, log  # noqa: E402
+from release_flux import build_flux_plugin  # noqa: E402
 from release_image import build_image  # noqa: E402
 from release_python import build_python, client_version, wheel_version  # noqa: E402
 from release_source import (  # noqa: E402
@@ -146,6 +154,8 @@ def release(args: argparse.Namespace) -> Path:
         log(f"{wheel.name}, {sdist.name}: twine check passed")
         archive, manifest = build_krew(tree, out, args.repo, args.offline, args.fresh_binary)
         log(f"{archive.name} + {manifest.name}")
+        single, plugin, catalog = build_flux_plugin(tree, out, archive, args.repo)
+        log(f"{single.name} + {plugin.name} + {catalog.name} (the Flux plugin)")
         stamp = Stamp(version, sha, epoch, f"https://github.com/{args.repo}")
         oci, digest, plats = build_image(
             tree, wheel, args.base_image.resolve(), out, stamp,

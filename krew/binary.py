@@ -153,16 +153,32 @@ def venv_dir(tree: Path, cache: Path, builder: Builder = Builder()) -> Path:
     return cache / f"venv-{venv_key(tree)}"
 
 
+def _venv_done(venv: Path) -> bool:
+    """Made, and still there: its mark and its python (a link; in the floor root it names a
+    path inside the root, so only the link itself is looked at)."""
+    return (venv / "done").is_file() and os.path.lexists(venv_python(venv))
+
+
 def venv_ready(tree: Path, builder: Builder) -> bool:
-    return (venv_dir(tree, cache_dir(), builder) / "done").is_file()
+    return _venv_done(venv_dir(tree, cache_dir(), builder))
 
 
 def build_venv(tree: Path, cache: Path, offline: bool, builder: Builder = Builder()) -> Path:
     """The cached build virtualenv (created once per key); returns its python.  In the floor
-    root it lives inside the root (/opt/venvs), made by the root's interpreter."""
+    root it lives inside the root (/opt/venvs), made by the root's interpreter.  One process
+    at a time makes it (a lock in the cache): two set-ups at once on one machine (two work
+    trees) once left a floor venv holding nothing but its ``done`` mark, each having removed
+    the other's half-made one."""
     venv = venv_dir(tree, cache, builder)
-    if (venv / "done").is_file():
+    if _venv_done(venv):
         return venv_python(venv)
+    with _locked(cache / "venv.lock"):
+        return _build_venv(tree, cache, offline, builder, venv)
+
+
+def _build_venv(tree: Path, cache: Path, offline: bool, builder: Builder, venv: Path) -> Path:
+    if _venv_done(venv):
+        return venv_python(venv)  # made by the process that held the lock before us
     if offline:
         raise BinaryError(f"--offline, but the build virtualenv {venv} is missing; "
                           "run python3 krew/build.py --fetch once")

@@ -11,7 +11,7 @@ hack/release.py → krew/build.py → PyInstaller) as a user runs it, with no Py
   Docker engine here), `status` reads the real apiserver;
 * `flux plunger status -A` through the real flux v2.9.5 with the binary linked as the plugin
   by krew/install-flux-plugin.sh, and `kubectl flux-plunger <TAB>` through the completion link
-  the manifest's caveat gives;
+  docs/INSTALL.md gives;
 * bad input gives the wheel's one-line errors and exit codes, byte for byte (an unreadable
   kubeconfig, a bad flag, an unreachable server), Ctrl-C exits 130, never a traceback nor a
   PyInstaller message.
@@ -319,7 +319,8 @@ def test_flux_plunger_status_through_the_real_flux(installed, nopy, plane, clust
 
 def test_kubectl_completion_through_the_binary(installed, nopy, plane, cluster, tmp_path):
     ns = cluster.namespace("cmpl")
-    caveat = 'ln -sf kubectl-flux_plunger "${KREW_ROOT:-$HOME/.krew}/bin/kubectl_complete-flux_plunger"'
+    [caveat] = [line for line in (ROOT / "docs" / "INSTALL.md").read_text().splitlines()
+                if line.startswith("ln -sf kubectl-flux_plunger ")]  # krew's link
     env = env_of(installed, nopy, tmp_path, KUBECONFIG=str(plane.kubeconfig))
     subprocess.run(["/bin/sh", "-c", caveat], check=True, timeout=30,
                    env={**env, "PATH": "/usr/bin:/bin"})

@@ -38,6 +38,9 @@ EXPECTED = {
     f"kubectl_flux_plunger-{X_Y_Z}.tar.gz",
     f"kubectl-flux_plunger-{VERSION}-linux-amd64.tar.gz",
     "flux-plunger.yaml",
+    f"flux-plunger-{VERSION}-linux-amd64",                 # the Flux plugin (issue 48)
+    "plunger.yaml",
+    "catalog.yaml",
     f"kubectl-flux-plunger-{VERSION}.oci.tar",
     f"flux-plunger-{X_Y_Z}.tgz",
     "image-digest.txt",
