@@ -240,8 +240,13 @@ class Remotes:
         return client
 
     def _mark_dead(self, server: str) -> None:
+        """``server`` did not answer: not tried for ``unreachable_ttl``.  The windows that
+        have passed go now, so only the servers dead within the last window are held."""
+        now = self.clock()
         with self._lock:
-            self._dead[server] = self.clock() + self.unreachable_ttl
+            for gone in [s for s, until in self._dead.items() if until <= now]:
+                del self._dead[gone]
+            self._dead[server] = now + self.unreachable_ttl
 
     def close(self) -> None:
         with self._lock:

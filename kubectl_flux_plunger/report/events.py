@@ -3,6 +3,11 @@
 Every (object uid, reason, type) maps to one deterministic Event name, so a repeat —
 from this process, a later run of the CLI, the drain, or another replica — bumps the
 ``count`` of the same Event instead of creating a new one.  Messages are static.
+
+The count last written is remembered for the ``MAX_REMEMBERED`` Events used most recently,
+so a repeat is one PATCH; a forgotten one (a release recovered long ago, or deleted) is
+created again, and the 409 that answers is a GET and a PATCH of the count found there
+(issue 49: nothing kept per Event grows with the cluster's history).
 """
 
 from __future__ import annotations
@@ -16,10 +21,15 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from ..core import constants as C
+from ..core.bounded import Recent
 from ..core.objects import Obj
 from ..kube import KubeError
 
 log = logging.getLogger(__name__)
+
+# Events whose count is remembered (the module doc): far more than a controller folds into
+# at once — one per stuck release and reason while it is worked on
+MAX_REMEMBERED = 4096
 
 
 class Notify(Protocol):
@@ -65,12 +75,13 @@ class Recorder:
         instance: str | None = None,
         enabled: bool = True,
         notifier: Notify | None = None,
+        remember: int = MAX_REMEMBERED,
     ) -> None:
         self.kube = kube
         self.enabled = enabled
         self.notifier = notifier
         self.instance = instance or socket.gethostname()
-        self._counts: dict[tuple[str, str], int] = {}
+        self._counts: Recent[tuple[str, str], int] = Recent(remember)
         self._lock = threading.Lock()
 
     def record(
@@ -158,4 +169,4 @@ class Recorder:
 
     def _remember(self, key: tuple[str, str], event: Obj) -> None:
         with self._lock:
-            self._counts[key] = int(event.get("count") or 1)
+            self._counts.put(key, int(event.get("count") or 1))

@@ -25,6 +25,7 @@ import time
 from types import FrameType
 
 from ..core import plan
+from ..core.bounded import Recent
 from ..core.selector import Selector
 from ..core.selector import parse as parse_selector
 from ..executor import Executor, Options, Result
@@ -51,6 +52,11 @@ _QUIET = (Result.UNCHANGED, Result.GONE)
 # after lifting what an interrupted run left on a live release, decide again at once (as
 # ``Executor.settle`` does for the one-shot verbs): the release may still be stuck
 _REDECIDE = frozenset({plan.Row.LIVE_SUSPENDED_OWNED, plan.Row.LIVE_FENCED})
+# releases whose last outcome logged at info is remembered, so a repeat logs at debug: a
+# recovered release is never passed again (no pass follows helm-controller's success), nor
+# is one deleted, so without a bound this grows with every release ever worked on (issue 49);
+# one forgotten logs its next repeat at info once more
+LOGGED_RELEASES = 4096
 
 
 class Controller:
@@ -86,7 +92,8 @@ class Controller:
         self.wake = threading.Event()
         self.signals = 0
         self._drain_running = False  # the leader gauge stays 1 meanwhile
-        self._logged: dict[str, tuple[str, str]] = {}  # key -> last (result, detail) at info
+        # key -> last (result, detail) logged at info, the most recent LOGGED_RELEASES
+        self._logged: Recent[str, tuple[str, str]] = Recent(LOGGED_RELEASES)
         self._logged_lock = threading.Lock()
         self._gauges()
         self.endpoints = Endpoints(ready=self.watcher.synced.is_set, render_metrics=None)
@@ -232,9 +239,9 @@ class Controller:
             if level == logging.INFO and self._logged.get(key) == (out.result, out.detail):
                 level = logging.DEBUG
             if level == logging.INFO:
-                self._logged[key] = (out.result, out.detail)
+                self._logged.put(key, (out.result, out.detail))
             elif out.result in _QUIET:
-                self._logged.pop(key, None)
+                self._logged.pop(key)
         if out.failed:
             level = logging.WARNING
         log.log(

@@ -4,7 +4,10 @@
   worker (``processing``): adding it meanwhile marks it dirty and it is queued again once
   ``done`` is called — serial per key, parallel across keys.
 * ``add_after`` arms a timer (the earliest one per key wins); due timers are moved into the
-  queue by ``get``.
+  queue by ``get``.  A timer replaced by an earlier one stays in the heap until it is due,
+  then is skipped; when such stale entries outnumber the armed ones (``STALE_TIMERS`` more),
+  the heap is rebuilt from the armed ones, so it never holds more than about twice the keys
+  armed, whatever the history of re-arms (issue 49).
 * ``add_rate_limited`` re-adds after an exponential backoff per key (base·2^failures, capped);
   ``forget`` resets it after a success.  While a key backs off, plain ``add`` calls (watch
   events, often caused by the failed pass's own writes) wait for the armed retry.
@@ -43,6 +46,9 @@ from collections import deque
 from collections.abc import Callable
 
 from ..core.objects import compare_resource_versions
+
+# stale timer entries (module doc) tolerated beyond the armed ones before the heap is rebuilt
+STALE_TIMERS = 64
 
 
 class Backoff:
@@ -201,6 +207,9 @@ class WorkQueue:
                 return
             self._due[key] = due
             heapq.heappush(self._timers, (due, next(self._seq), key))
+            if len(self._timers) > 2 * len(self._due) + STALE_TIMERS:
+                self._timers = [t for t in self._timers if self._due.get(t[2]) == t[0]]
+                heapq.heapify(self._timers)
             self._cond.notify()
 
     def add_rate_limited(self, key: str) -> float:
@@ -289,6 +298,22 @@ class WorkQueue:
         """Keys with an armed timer (requeue-after or backoff)."""
         with self._cond:
             return len(self._due)
+
+    def sizes(self) -> dict[str, int]:
+        """How many entries each structure holds (issue 49's bounds, for tests and
+        diagnostics)."""
+        with self._cond:
+            return {
+                "ready": len(self._ready) + len(self._first),
+                "dirty": len(self._dirty),
+                "processing": len(self._processing),
+                "timers": len(self._timers),
+                "due": len(self._due),
+                "dirty_rv": len(self._dirty_rv),
+                "settled": len(self._settled),
+                "listed": len(self._listed),
+                "backoff": len(self._backoff),
+            }
 
     def processing(self) -> int:
         with self._cond:
