@@ -44,16 +44,19 @@ def rss_kib(pid: int) -> tuple[int, int]:
 
 
 class Serve:
-    """``serve`` as a process, run from ``tree`` (default: this one)."""
+    """``serve`` as a process, run from ``tree`` (default: this one); ``launcher`` is what
+    runs the command line (default ``python -m kubectl_flux_plunger``), ``env`` more
+    environment (bench/soak_bench.py: a wrapper that takes tracemalloc snapshots)."""
 
-    def __init__(self, plane: ControlPlane, log: Path, *args: str, tree: Path = ROOT):
+    def __init__(self, plane: ControlPlane, log: Path, *args: str, tree: Path = ROOT,
+                 launcher: list[str] | None = None, env: dict[str, str] | None = None):
         self.probe, self.metrics = free_port(), free_port()
-        env = dict(os.environ, PYTHONPATH=str(tree))
+        env = dict(os.environ, PYTHONPATH=str(tree), **(env or {}))
         env.pop("KUBECONFIG", None)
         self.log = log
         with open(log, "wb") as fh:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kubectl_flux_plunger", "serve",
+                [*(launcher or [sys.executable, "-m", "kubectl_flux_plunger"]), "serve",
                  "--kubeconfig", str(plane.kubeconfig),
                  "--metrics-bind-address", f"127.0.0.1:{self.metrics}",
                  "--health-probe-bind-address", f"127.0.0.1:{self.probe}", *args],

@@ -1,0 +1,600 @@
+"""Soak of ``kubectl flux-plunger serve`` (issue 49): does memory, files and reaction stay flat
+over a compressed stretch of cluster life?
+
+    .venv/bin/python bench/soak_bench.py [--releases 2000] [--minutes 30] [--warmup 5]
+        [--write-rate 25] [--stuck-every 60] [--churn-every 10] [--resync 120]
+        [--restarts 1] [--sample-every 10] [--no-tracemalloc] [--out DIR]
+
+1. starts kube-apiserver + etcd (testplane; ``--min-request-timeout=60``) and creates
+   ``--releases`` HelmReleases in namespace ``bulk`` (bench/serve_first_bench.py's seed, ~2 KiB
+   of values each), each with one ``deployed`` Helm storage Secret;
+2. starts ``serve`` as the chart runs it — leader election on, metrics on, every namespace,
+   Flux notifications on (``--events-addr``: a loopback receiver, testplane.notifyctl) — and,
+   once it is ready, drives it for ``--minutes``:
+   * a helm-controller-like status writer: ``--write-rate`` status updates a second (Ready
+     True, the attempted revision and reconcile time moving) on random releases of ``bulk``;
+   * churn: every ``--churn-every`` seconds a new release (with storage) and a deleted one
+     (its helm-controller finalizer dropped, as helm-controller does);
+   * every ``--stuck-every`` seconds one release made stuck in its own short-lived release
+     (a new name, a new uid): in turn recovered (a simulated helm-controller acknowledges the
+     suspension, testplane.cluster; then writes its successful retry), recovered, corrupt
+     (its newest revision undecodable: skipped, announced by a RecoverySkipped Event and
+     notification), recovered, deleted mid-recovery (deleted once serve holds it; its own
+     namespace's simulated helm-controller answers only every second, so the delete lands
+     while the recovery waits); each with helm-controller's Warning Event; the previous
+     cycle's release is deleted;
+   * ``--restarts`` apiserver restarts, spread over the run after the warm-up (the watch
+     resumes from a resourceVersion the new watch cache may not have: 410, a fresh sync);
+   * serve's watch ends at its ``timeoutSeconds`` (the time left to the resync, at most
+     300 s): the apiserver honours a client's timeout over ``--min-request-timeout``, so
+     serve runs with ``--resync-period`` = ``--resync`` (default 2 min) and every watch ends
+     and is opened again at least that often;
+3. every ``--sample-every`` seconds: serve's RSS (VmRSS), open file descriptors, threads,
+   its request rate (``flux_plunger_api_requests_total`` from its /metrics), the reactions
+   (stuck written → its newest Secret's DELETE seen by a watch) of that window, and the
+   status writes the driver made; printed as a table as it goes and plotted into
+   ``soak.png`` (matplotlib, bench/requirements-soak.txt);
+4. with tracemalloc (default): serve runs under a wrapper that traces it from its start and
+   dumps a snapshot at 80 % of the warm-up and after the last sample (SIGUSR1); the top
+   allocation sites that grew between the two are printed.  Tracing costs memory (a record
+   per live block; a snapshot copies them all) and time of its own: with it from the start
+   its share is steady by the end of the warm-up, but the absolute RSS and the reactions are
+   those of a traced process — ``--no-tracemalloc`` measures serve as it runs in a
+   Deployment;
+5. the goals of issue 49 are printed with the numbers: RSS slope after the warm-up (MiB/h,
+   least squares), RSS / fds / threads first vs last, every stuck release recovered, every
+   corrupt one announced, every deleted one gone, reaction p95 and request rate of the
+   first window after the warm-up vs the last (``--window`` minutes, at most half of what
+   follows the warm-up), the relists by reason.
+
+A benchmark, not a test: it asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import re
+import signal
+import sys
+import tempfile
+import threading
+import time
+import tracemalloc
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+SNAPSHOTS = "SOAK_TRACEMALLOC_DIR"
+FRAMES = 12  # frames kept per traced allocation: enough to reach the package's own code
+
+
+def serve_child(argv: list[str]) -> int:
+    """``serve`` traced by tracemalloc from its start, with a SIGUSR1 handler: each signal
+    dumps a snapshot into $SOAK_TRACEMALLOC_DIR (snap-1, snap-2 …)."""
+    where = Path(os.environ[SNAPSHOTS])
+    taken = itertools.count(1)
+    tracemalloc.start(FRAMES)
+
+    def on_usr1(signum, frame):
+        n = next(taken)
+        tracemalloc.take_snapshot().dump(str(where / f".snap-{n}"))
+        os.replace(where / f".snap-{n}", where / f"snap-{n}.tracemalloc")  # whole when seen
+
+    signal.signal(signal.SIGUSR1, on_usr1)
+    sys.argv = ["kubectl-flux-plunger", *argv]
+    from kubectl_flux_plunger.entry import main
+    return main()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--serve-child"]:
+    raise SystemExit(serve_child(sys.argv[2:]))
+
+from kubectl_flux_plunger.core import constants as C  # noqa: E402
+from kubectl_flux_plunger.kube import KubeError  # noqa: E402
+from serve_bench import Serve, pct, rss_kib  # noqa: E402
+from serve_first_bench import (BULK, DeleteWatch, ensure_namespace,  # noqa: E402
+                               record_stuck_event, seed)
+from testplane.cluster import Cluster, SimulatedHelmController  # noqa: E402
+from testplane.notifyctl import Receiver  # noqa: E402
+from testplane.plane import ControlPlane, wait_for  # noqa: E402
+from tests.apiserver.conftest import corrupt_revision  # noqa: E402
+
+STUCK, SLOW, LEASE_NS = "soak-stuck", "soak-slow", "soak-lease"
+KINDS = ("recover", "recover", "corrupt", "recover", "delete")
+
+
+class QuietDeleteWatch(DeleteWatch):
+    """``DeleteWatch`` whose stream may break (an apiserver restart): the cycle then reads."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as exc:
+            self.error = exc
+
+
+def now_stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def ready_status(name: str, generation: int, n: int) -> dict:
+    """What helm-controller writes after a successful reconcile."""
+    return {"observedGeneration": generation, "lastAttemptedGeneration": generation,
+            "lastAttemptedRevision": f"0.1.{n}", "lastHandledReconcileAt": now_stamp(),
+            "conditions": [{"type": "Ready", "status": "True",
+                            "reason": "UpgradeSucceeded", "observedGeneration": generation,
+                            "lastTransitionTime": now_stamp(),
+                            "message": f"Helm upgrade succeeded for release {BULK}/{name}.v{n} "
+                                       f"with chart demo@0.1.{n}"}]}
+
+
+def add_storage(cluster: Cluster, ns: str, names: list[str], workers: int) -> None:
+    """One ``deployed`` storage revision each (kept when there already is one)."""
+    def one(name: str) -> None:
+        try:
+            cluster.storage(ns, name, [(1, "deployed")])
+        except KubeError as exc:
+            if not exc.conflict:
+                raise
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(one, names))
+
+
+class Driver:
+    """The cluster's life: status writes, churn, stuck cycles, apiserver restarts."""
+
+    def __init__(self, plane: ControlPlane, cluster: Cluster, receiver: Receiver,
+                 names: list[str], a: argparse.Namespace) -> None:
+        self.plane, self.cluster, self.receiver, self.a = plane, cluster, receiver, a
+        self.names = list(names)
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.writes = self.write_errors = 0
+        self.cycles: list[dict] = []   # one per stuck cycle: kind, start, outcome
+        self.restarts: list[tuple[float, float]] = []   # (at, seconds it took)
+        self.churned = 0
+        self.t0 = time.monotonic()
+        self.restart_at = [a.warmup * 60 + (i + 1) * (a.minutes - a.warmup) * 60
+                           / (a.restarts + 1) for i in range(a.restarts)]
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def start(self) -> list[threading.Thread]:
+        threads = [threading.Thread(target=self._writer, args=(i,), daemon=True)
+                   for i in range(4)]
+        threads += [threading.Thread(target=self._churn, daemon=True),
+                    threading.Thread(target=self._stuck_loop, daemon=True)]
+        for t in threads:
+            t.start()
+        return threads
+
+    def _writer(self, i: int) -> None:
+        period = 4 / self.a.write_rate
+        due = time.monotonic() + i * period / 4
+        rng = random.Random(i)
+        while not self.stop.is_set():
+            due += period
+            with self.lock:
+                name = rng.choice(self.names)
+            try:
+                self.cluster.set_status(BULK, name, ready_status(name, 1, rng.randrange(1000)))
+                with self.lock:
+                    self.writes += 1
+            except KubeError:
+                with self.lock:
+                    self.write_errors += 1
+            self.stop.wait(max(0.0, due - time.monotonic()))
+            due = max(due, time.monotonic() - 1)   # after an outage: no burst to catch up
+
+    def _churn(self) -> None:
+        k = 0
+        while not self.stop.wait(self.a.churn_every):
+            k += 1
+            new = f"c{k:05d}"
+            try:
+                self.cluster.create_hr(BULK, new, spec={"values": {"k": "v" * 2000}})
+                self.cluster.storage(BULK, new, [(1, "deployed")])
+                with self.lock:
+                    self.names.append(new)
+                    old = self.names.pop(random.randrange(len(self.names) - 1))
+                self.cluster.delete_hr(BULK, old)
+                self.cluster.remove_finalizer(BULK, old, C.HELM_CONTROLLER_FINALIZER)
+                self.churned += 1
+            except KubeError:
+                pass
+
+    def _stuck_loop(self) -> None:
+        previous: tuple[str, str] | None = None
+        for k in itertools.count():
+            if self.stop.wait(self.a.stuck_every if k else 5):
+                return
+            while self.restart_at and self.elapsed() >= self.restart_at[0]:
+                self.restart_at.pop(0)
+                at = time.monotonic()
+                self.plane.restart_apiserver()
+                self.restarts.append((at - self.t0, time.monotonic() - at))
+                print(f"  apiserver restarted at {at - self.t0:.0f}s "
+                      f"({time.monotonic() - at:.1f}s)", flush=True)
+            if previous is not None:
+                try:
+                    self.cluster.delete_hr(*previous)
+                except KubeError:
+                    pass
+            kind = KINDS[k % len(KINDS)]
+            cycle = {"kind": kind, "start": self.elapsed(), "name": f"s{k:04d}"}
+            self.cycles.append(cycle)
+            try:
+                getattr(self, f"_{kind}")(cycle)
+            except (KubeError, TimeoutError) as exc:
+                cycle["error"] = str(exc)[:200]
+            previous = (SLOW if kind == "delete" else STUCK, cycle["name"])
+
+    def _stuck(self, ns: str, name: str, corrupt: bool = False) -> dict:
+        self.cluster.create_hr(ns, name)
+        self.cluster.storage(ns, name, [(1, "superseded")] if corrupt
+                             else [(1, "superseded"), (2, "uninstalling")])
+        if corrupt:
+            corrupt_revision(self.cluster, ns, name, 2)
+        hr = self.cluster.make_stuck(ns, name)
+        record_stuck_event(self.cluster.kube, hr)
+        return hr
+
+    def _recover(self, cycle: dict) -> None:
+        name = cycle["name"]
+        path = f"/api/v1/namespaces/{STUCK}/secrets/sh.helm.release.v1.{name}.v2"
+        self.cluster.create_hr(STUCK, name)
+        self.cluster.storage(STUCK, name, [(1, "superseded"), (2, "uninstalling")])
+        watch = QuietDeleteWatch(self.cluster.kube, path)
+        watch.start()
+        watch.ready.wait(30)
+        t = time.monotonic()
+        record_stuck_event(self.cluster.kube, self.cluster.make_stuck(STUCK, name))
+
+        def gone() -> bool:
+            if watch.at is not None or watch.is_alive():
+                return watch.at is not None
+            try:   # the watch broke (an apiserver restart): a read says it
+                self.cluster.kube.request("GET", "GET", path)
+                return False
+            except KubeError as exc:
+                return exc.not_found
+        wait_for(gone, 120, f"{name} recovered", interval=0.01)
+        cycle["reaction"] = ((watch.at or time.monotonic()) - t)
+        cycle["at"] = cycle["start"] + (time.monotonic() - t)
+        # serve relinquishes; helm-controller's retry then succeeds
+        wait_for(lambda: not self._held(STUCK, name), 60, f"{name} relinquished")
+        hr = self.cluster.get(STUCK, name)
+        self.cluster.set_status(STUCK, name, ready_status(name, hr["metadata"]["generation"], 2))
+        cycle["outcome"] = "recovered"
+
+    def _held(self, ns: str, name: str) -> bool:
+        hr = self.cluster.get(ns, name) or {}
+        return bool((hr.get("spec") or {}).get("suspend")) or C.FENCE in (
+            (hr.get("metadata") or {}).get("finalizers") or [])
+
+    def _corrupt(self, cycle: dict) -> None:
+        name = cycle["name"]
+        self._stuck(STUCK, name, corrupt=True)
+
+        def announced() -> bool:
+            events = [e for e in self.cluster.events(STUCK, name)
+                      if e.get("reason") == "RecoverySkipped"]
+            posted = [b for b in self.receiver.received()
+                      if b.get("reason") == "RecoverySkipped"
+                      and (b.get("involvedObject") or {}).get("name") == name]
+            cycle["event"], cycle["notification"] = bool(events), bool(posted)
+            return bool(events and posted)
+        try:
+            wait_for(announced, 60, f"{name} announced", interval=0.2)
+        finally:
+            cycle["outcome"] = "announced" if cycle.get("event") else "not announced"
+
+    def _delete(self, cycle: dict) -> None:
+        name = cycle["name"]
+        self._stuck(SLOW, name)
+        wait_for(lambda: self._held(SLOW, name), 60, f"{name} held by serve", interval=0.02)
+        self.cluster.delete_hr(SLOW, name)
+        t = time.monotonic()
+        wait_for(lambda: self.cluster.get(SLOW, name) is None, 120, f"{name} gone")
+        cycle["gone_after"] = time.monotonic() - t
+        cycle["outcome"] = "gone"
+
+
+def scrape(port: int) -> dict[str, dict[tuple, float]]:
+    """serve's /metrics: family → {label values: value} (the lease label left out)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out: dict[str, dict[tuple, float]] = {}
+    for line in text.splitlines():
+        m = re.match(r"^(flux_plunger_\w+?)(?:\{(.*)\})? (\S+)$", line)
+        if m:
+            labels = tuple(v for k, v in re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")
+                           if k != "lease")
+            out.setdefault(m.group(1), {})[labels] = float(m.group(3))
+    return out
+
+
+def proc_counts(pid: int) -> tuple[float, int, int]:
+    """RSS (MiB), open file descriptors, threads of ``pid``."""
+    rss, _ = rss_kib(pid)
+    threads = int(re.search(r"^Threads:\s+(\d+)", Path(f"/proc/{pid}/status").read_text(),
+                            re.M).group(1))
+    return rss / 1024, len(os.listdir(f"/proc/{pid}/fd")), threads
+
+
+def slope_per_hour(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, value) in value per hour."""
+    if len(points) < 2:
+        return float("nan")
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    return sum((x - mx) * (y - my) for x, y in points) / sxx * 3600 if sxx else float("nan")
+
+
+def plot(samples: list[dict], driver: Driver, warmup: float, path: Path) -> str:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "no plot: matplotlib is not installed (pip install -r bench/requirements-soak.txt)"
+    t = [s["t"] / 60 for s in samples]
+    fig, axes = plt.subplots(5, 1, figsize=(9, 12), sharex=True)
+    series = (("rss", "RSS (MiB)"), ("fds", "open fds"), ("threads", "threads"),
+              ("req_rate", "serve requests/s"))
+    for ax, (key, label) in zip(axes, series):
+        ax.plot(t, [s[key] for s in samples], marker=".")
+        ax.set_ylabel(label)
+    done = [c for c in driver.cycles if "reaction" in c]
+    axes[4].plot([c["at"] / 60 for c in done], [c["reaction"] * 1000 for c in done], "o")
+    axes[4].set_ylabel("reaction (ms)")
+    axes[4].set_xlabel("minutes since the drivers started")
+    for ax in axes:
+        ax.axvline(warmup, color="grey", linestyle="--")
+        for at, _ in driver.restarts:
+            ax.axvline(at / 60, color="red", linestyle=":")
+        ax.grid(alpha=0.3)
+    fig.suptitle("serve soak (issue 49); dashed: end of warm-up; dotted: apiserver restart")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return f"plot: {path}"
+
+
+def growth(first: Path, last: Path, top: int = 12) -> list[str]:
+    """The allocation sites that grew most from snapshot ``first`` to ``last``."""
+    noise = [tracemalloc.Filter(False, "<frozen importlib._bootstrap*>"),
+             tracemalloc.Filter(False, tracemalloc.__file__)]
+    a = tracemalloc.Snapshot.load(str(first)).filter_traces(noise)
+    b = tracemalloc.Snapshot.load(str(last)).filter_traces(noise)
+    diff = b.compare_to(a, "traceback")
+    total = sum(d.size_diff for d in diff)
+    lines = [f"tracemalloc, last vs first snapshot: {total / 1024:+.1f} KiB in all; top growing "
+             "sites (the allocating line; 'via': the innermost line of the package above it):"]
+
+    def short(frame) -> str:
+        return f"{frame.filename.replace(str(ROOT) + '/', '')}:{frame.lineno}"
+    for d in sorted(diff, key=lambda d: -d.size_diff)[:top]:
+        frames = list(reversed(d.traceback))   # most recent call first
+        ours = next((f for f in frames if "kubectl_flux_plunger" in f.filename), None)
+        via = f"  via {short(ours)}" if ours is not None and ours is not frames[0] else ""
+        lines.append(f"  {d.size_diff / 1024:+9.1f} KiB {d.count_diff:+7d} blocks  "
+                     f"{short(frames[0])}{via}")
+    return lines
+
+
+def sample(serve: Serve, driver: Driver, last: dict | None) -> dict:
+    rss, fds, threads = proc_counts(serve.proc.pid)
+    metrics = scrape(serve.metrics)
+    requests = sum(metrics.get("flux_plunger_api_requests_total", {}).values())
+    t = driver.elapsed()
+    s = {"t": t, "rss": rss, "fds": fds, "threads": threads, "requests": requests,
+         "writes": driver.writes, "metrics": metrics}
+    dt = t - last["t"] if last else t
+    s["req_rate"] = (requests - (last["requests"] if last else 0)) / dt if dt > 0 else 0.0
+    s["write_rate"] = (driver.writes - (last["writes"] if last else 0)) / dt if dt > 0 else 0.0
+    since = last["t"] if last else 0.0
+    s["reactions"] = [c["reaction"] for c in driver.cycles
+                      if "reaction" in c and since <= c["at"] < t]
+    return s
+
+
+def row(s: dict) -> str:
+    r = s["reactions"]
+    react = f"{max(r) * 1000:6.0f}" if r else "     -"
+    return (f"{s['t'] / 60:6.1f} {s['rss']:8.1f} {s['fds']:5d} {s['threads']:5d} "
+            f"{s['req_rate']:8.2f} {s['write_rate']:7.1f} {len(r):4d} {react}")
+
+
+HEADER = "   min  RSS-MiB   fds  thr   req/s  writes/s  rec  max-ms"
+
+
+def windows(samples: list[dict], warmup_s: float, window_s: float) -> tuple[list, list]:
+    after = [s for s in samples if s["t"] >= warmup_s]
+    if not after:
+        return [], []
+    end = after[-1]["t"]
+    span = min(window_s, (end - warmup_s) / 2)
+    first = [s for s in after if s["t"] <= warmup_s + span]
+    last = [s for s in after if s["t"] >= end - span]
+    return first, last
+
+
+def summary(samples: list[dict], driver: Driver, a: argparse.Namespace) -> list[str]:
+    warm = a.warmup * 60
+    first, last = windows(samples, warm, a.window * 60)
+    after = [s for s in samples if s["t"] >= warm]
+    out = [f"goals (issue 49), after a {a.warmup:g} min warm-up, windows of "
+           f"{(first[-1]['t'] - first[0]['t']) / 60 if first else 0:.1f} min"
+           + (" (serve traced by tracemalloc: its RSS is a traced process's)" if a.tracemalloc
+              else "") + ":"]
+    if not first:
+        return out + ["  no samples after the warm-up"]
+
+    def mean(ss, key):
+        return sum(s[key] for s in ss) / len(ss)
+    slope = slope_per_hour([(s["t"], s["rss"]) for s in after])
+    out.append(f"  RSS slope after the warm-up: {slope:+.2f} MiB/h (goal <= 2); "
+               f"first window {mean(first, 'rss'):.1f} MiB, last {mean(last, 'rss'):.1f} MiB "
+               f"({(mean(last, 'rss') / mean(first, 'rss') - 1) * 100:+.1f} %, goal within 10 %)")
+    out.append(f"  open fds: {after[0]['fds']} at the warm-up's end, {after[-1]['fds']} last; "
+               f"threads: {after[0]['threads']} -> {after[-1]['threads']} (goal: equal)")
+    by_kind = {k: [c for c in driver.cycles if c["kind"] == k] for k in set(KINDS)}
+    unfinished = [c for c in driver.cycles if "outcome" not in c and "error" not in c]
+    by_kind = {k: [c for c in v if c not in unfinished] for k, v in by_kind.items()}
+    rec = by_kind["recover"]
+    out.append(f"  stuck releases recovered: {sum(c.get('outcome') == 'recovered' for c in rec)}"
+               f" of {len(rec)}" + (f" ({len(unfinished)} cycle still running at the end, "
+                                    "not counted)" if unfinished else ""))
+    cor = by_kind["corrupt"]
+    out.append(f"  corrupt newest revision announced: Event {sum(bool(c.get('event')) for c in cor)}"
+               f", notification {sum(bool(c.get('notification')) for c in cor)} of {len(cor)}")
+    dele = by_kind["delete"]
+    gone = [c["gone_after"] for c in dele if "gone_after" in c]
+    out.append(f"  deleted mid-recovery, gone: {len(gone)} of {len(dele)}"
+               + (f" (max {max(gone):.1f} s after the delete)" if gone else ""))
+    errors = [c for c in driver.cycles if "error" in c]
+    for c in errors:
+        out.append(f"    cycle {c['name']} ({c['kind']}) at {c['start']:.0f}s: {c['error']}")
+
+    def react(ss):
+        r = [x for s in ss for x in s["reactions"]]
+        return f"p95 {pct(r, 95) * 1000:.0f} ms of {len(r)}" if r else "none"
+    out.append(f"  reaction (stuck written -> Secret DELETE): first window {react(first)}, "
+               f"last window {react(last)} (goal: last p95 <= 1.2x first)")
+    all_r = [c["reaction"] for c in driver.cycles if "reaction" in c]
+    if all_r:
+        out.append(f"  reaction over the whole run: p50 {pct(all_r, 50) * 1000:.0f} ms, "
+                   f"p95 {pct(all_r, 95) * 1000:.0f} ms, max {max(all_r) * 1000:.0f} ms "
+                   f"({len(all_r)} recoveries)")
+    out.append(f"  serve's request rate: first window {mean(first, 'req_rate'):.2f}/s, last "
+               f"{mean(last, 'req_rate'):.2f}/s (goal: no creep)")
+    m = samples[-1]["metrics"]
+    relists = {k[0]: int(v) for k, v in m.get("flux_plunger_relists_total", {}).items()}
+    verbs = {k[0]: int(v) for k, v in m.get("flux_plunger_api_requests_total", {}).items()}
+    notes = {k[0]: int(v) for k, v in m.get("flux_plunger_notifications_total", {}).items()}
+    out.append(f"  serve's syncs by reason: {relists}; requests by verb: {verbs}")
+    out.append(f"  notifications: {notes}; received at the loopback receiver: "
+               f"{len(driver.receiver.received())}")
+    out.append(f"  driver: {driver.writes} status writes ({driver.writes / samples[-1]['t']:.1f}/s"
+               f", {driver.write_errors} failed), {driver.churned} releases churned, "
+               f"{len(driver.cycles)} stuck cycles, apiserver restarts "
+               + ", ".join(f"at {at:.0f}s ({took:.1f}s)" for at, took in driver.restarts))
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--releases", type=int, default=2000)
+    ap.add_argument("--minutes", type=float, default=30)
+    ap.add_argument("--warmup", type=float, default=5, help="minutes not in the goals")
+    ap.add_argument("--window", type=float, default=5,
+                    help="minutes of the first and last windows compared")
+    ap.add_argument("--write-rate", type=float, default=25, help="status writes a second")
+    ap.add_argument("--stuck-every", type=float, default=60, help="seconds between stuck cycles")
+    ap.add_argument("--churn-every", type=float, default=10, help="seconds between churns")
+    ap.add_argument("--resync", type=float, default=120, help="serve's --resync-period, s")
+    ap.add_argument("--restarts", type=int, default=1, help="apiserver restarts after warm-up")
+    ap.add_argument("--sample-every", type=float, default=10)
+    ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
+    ap.add_argument("--out", type=Path, default=None, help="work directory (plot, logs)")
+    a = ap.parse_args()
+    work = a.out or Path(tempfile.mkdtemp(prefix="soak-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    plane = ControlPlane(work / "plane", apiserver_args=("--min-request-timeout=60",)).start()
+    print(f"control plane up in {plane.start_seconds:.1f}s ({work}); load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
+    kube = plane.kube()
+    cluster = Cluster(kube)
+    receiver = Receiver()
+    serve = None
+    driver = None
+    try:
+        seed(kube, a.releases, 16)
+        names = [f"r{i:05d}" for i in range(a.releases)]
+        add_storage(cluster, BULK, names, 16)
+        for ns in (STUCK, SLOW, LEASE_NS):
+            ensure_namespace(kube, ns)
+        snaps = work / "tracemalloc"
+        snaps.mkdir(exist_ok=True)
+        launcher = ([sys.executable, str(Path(__file__).resolve()), "--serve-child"]
+                    if a.tracemalloc else None)
+        serve = Serve(plane, work / "serve.log", "--leader-election-namespace", LEASE_NS,
+                      "--lease-duration", "60s", "--renew-deadline", "45s",
+                      "--retry-period", "2s", "--resync-period", f"{a.resync:g}s",
+                      "--events-addr", receiver.url, launcher=launcher,
+                      env={SNAPSHOTS: str(snaps)})
+        wait_for(serve.ready, 300, "serve ready", interval=0.1)
+        print(f"serve ready with {a.releases} HelmReleases, each with storage; driving it for "
+              f"{a.minutes:g} min ({a.warmup:g} min warm-up)", flush=True)
+        with SimulatedHelmController(cluster, STUCK, interval=0.05), \
+                SimulatedHelmController(cluster, SLOW, interval=1.0):
+            driver = Driver(plane, cluster, receiver, names, a)
+            driver.start()
+            samples = run_samples(serve, driver, a, snaps)
+            driver.stop.set()
+        print()
+        print(HEADER)
+        for s in samples:
+            print(row(s))
+        print()
+        for line in summary(samples, driver, a):
+            print(line)
+        print(plot(samples, driver, a.warmup, work / "soak.png"))
+        found = sorted(snaps.glob("snap-*.tracemalloc"), key=lambda p: int(p.stem[5:]))
+        if len(found) >= 2:
+            for line in growth(found[0], found[-1]):
+                print(line)
+        (work / "samples.json").write_text(json.dumps(
+            [{k: v for k, v in s.items() if k != "metrics"} for s in samples]))
+        print(f"samples: {work / 'samples.json'}; serve's log: {work / 'serve.log'}", flush=True)
+        return 0
+    finally:
+        if driver is not None:
+            driver.stop.set()
+        if serve is not None:
+            serve.stop()
+        receiver.stop()
+        kube.close()
+        plane.stop()
+
+
+def run_samples(serve: Serve, driver: Driver, a: argparse.Namespace, snaps: Path) -> list[dict]:
+    """Sample every ``--sample-every`` s until ``--minutes``; tracemalloc: a snapshot at 80 %
+    of the warm-up (what the snapshot itself costs — a copy of every trace, ~25 MiB of RSS
+    that stays with the process — lands inside the warm-up) and one after the last sample."""
+    samples: list[dict] = []
+    print(HEADER, flush=True)
+    signals = 0
+    while driver.elapsed() < a.minutes * 60:
+        time.sleep(max(0.0, (len(samples) + 1) * a.sample_every - driver.elapsed()))
+        if serve.proc.poll() is not None:
+            print(f"serve exited {serve.proc.returncode}; see {serve.log}", flush=True)
+            break
+        try:
+            samples.append(sample(serve, driver, samples[-1] if samples else None))
+        except OSError as exc:
+            print(f"  sample failed: {exc}", flush=True)
+            continue
+        print(row(samples[-1]), flush=True)
+        if a.tracemalloc and samples[-1]["t"] >= 0.8 * a.warmup * 60 and not signals:
+            serve.proc.send_signal(signal.SIGUSR1)   # snapshot 1: near the warm-up's end
+            signals += 1
+    if a.tracemalloc and signals and serve.proc.poll() is None:
+        count = len(list(snaps.glob("snap-*")))
+        serve.proc.send_signal(signal.SIGUSR1)
+        wait_for(lambda: len(list(snaps.glob("snap-*"))) > count, 120, "the last snapshot",
+                 interval=0.5)
+    return samples
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
