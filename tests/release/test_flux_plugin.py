@@ -11,8 +11,9 @@ module, testplane.binaries target ``flux``) and no Python on its PATH:
   `flux plugin uninstall plunger`; a checksum that is not the file's is refused by flux and
   installs nothing;
 * the single file is the release's krew archive (the krew manifest's sha256) inside a static
-  launcher; concurrent first runs unpack it once; it runs where /tmp is mounted noexec, in a root file system with no Python and
-  nothing but the system libraries the bundle loads, and in the Debian 11 floor root
+  launcher; concurrent first runs unpack it once; it runs where /tmp is mounted noexec, in a
+  root file system with no Python and nothing but the system libraries the bundle loads
+  (under chroot, and as a container in the Docker engine), and in the Debian 11 floor root
   (glibc 2.31) where this machine has it.
 """
 from __future__ import annotations
@@ -346,23 +347,17 @@ def system_libraries(bundle: Path) -> set[str]:
     return libs
 
 
-def test_it_runs_in_a_root_without_python(dist, plane, cluster, tmp_path):
-    """A root file system holding the single file, the system libraries its bundle loads
-    (glibc's, zlib) and nothing else — no shell, no Python — run under chroot with /proc:
-    it unpacks itself into $HOME/.cache and reads the real apiserver."""
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        pytest.skip("needs root and unshare(1) for chroot and a private /proc mount")
-    ns = cluster.namespace("nopy")
-    cluster.create_hr(ns, "demo")
-    cluster.storage(ns, "demo", [(1, "superseded"), (2, "uninstalling")])
-    cluster.make_stuck(ns, "demo")
-    root = tmp_path / "root"
+def _root_without_python(dist: Path, plane, root: Path) -> Path:
+    """A root file system holding the single file (/plugins/flux-plunger), the system
+    libraries its bundle loads (glibc's, zlib), the test apiserver's kubeconfig (/kubeconfig,
+    certificates embedded) and nothing else — no shell, no Python."""
     for d in ("plugins", "home", "proc", "dev", "tmp"):
         (root / d).mkdir(parents=True)
     (root / "tmp").chmod(0o1777)
+    (root / "home").chmod(0o1777)
     shutil.copyfile(dist / SINGLE, root / "plugins" / "flux-plunger")
     (root / "plugins" / "flux-plunger").chmod(0o755)
-    bundle = tmp_path / "bundle"
+    bundle = root.parent / "bundle"
     with tarfile.open(dist / ARCHIVE) as tar:
         tar.extractall(bundle, filter="tar")
     libs = system_libraries(bundle)
@@ -373,8 +368,27 @@ def test_it_runs_in_a_root_without_python(dist, plane, cluster, tmp_path):
         shutil.copyfile(os.path.realpath(lib), dest)
         dest.chmod(0o755)
     (root / "kubeconfig").write_bytes(plane.self_contained_kubeconfig())
+    (root / "kubeconfig").chmod(0o644)
     files = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
     assert not [f for f in files if Path(f).name.startswith("python") or f.endswith("/sh")]
+    return root
+
+
+def _stuck_demo(cluster, prefix: str) -> str:
+    ns = cluster.namespace(prefix)
+    cluster.create_hr(ns, "demo")
+    cluster.storage(ns, "demo", [(1, "superseded"), (2, "uninstalling")])
+    cluster.make_stuck(ns, "demo")
+    return ns
+
+
+def test_it_runs_in_a_root_without_python(dist, plane, cluster, tmp_path):
+    """The root without Python (``_root_without_python``) under chroot with /proc: the
+    single file unpacks itself into $HOME/.cache and reads the real apiserver."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        pytest.skip("needs root and unshare(1) for chroot and a private /proc mount")
+    ns = _stuck_demo(cluster, "nopy")
+    root = _root_without_python(dist, plane, tmp_path / "root")
 
     def chrooted(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run(
@@ -393,6 +407,37 @@ def test_it_runs_in_a_root_without_python(dist, plane, cluster, tmp_path):
     table = rows(status.stdout)
     assert table[1][0] == "demo" and "stuck" in table[1], status.stdout
     assert len(list((root / "home" / ".cache" / "flux-plunger").iterdir())) == 1
+
+
+def test_it_runs_in_a_container_without_python(dist, plane, cluster, tmp_path):
+    """The same root as an image in the Docker engine DOCKER_HOST names (KIND_ENGINE=start
+    starts the project's own): read-only, an unprivileged user, /tmp a tmpfs mounted noexec
+    (Docker's default), $HOME a writable tmpfs as a pod's emptyDir; the single file unpacks
+    itself there and reads the real apiserver over the host's network."""
+    from .test_binary import docker
+
+    assert shutil.which("docker"), "no docker client: run KIND_ENGINE=start ./hack/test.sh"
+    assert docker("info", check=False, timeout=30).returncode == 0, (
+        "no Docker engine answers (DOCKER_HOST): eval \"$(hack/kind/engine.sh env)\"")
+    ns = _stuck_demo(cluster, "nopyc")
+    root = _root_without_python(dist, plane, tmp_path / "root")
+    tarball = tmp_path / "root.tar"
+    with tarfile.open(tarball, "w") as tar:
+        tar.add(root, arcname=".")
+    tag = f"kfp.local/flux-plunger-single:{X_Y_Z}-{os.getpid()}"
+    docker("import", str(tarball), tag)
+    try:
+        assert docker("run", "--rm", tag, "/usr/bin/python3", "-V", check=False).returncode != 0
+        status = docker("run", "--rm", "--read-only", "--tmpfs", "/tmp",
+                        "--tmpfs", "/home:exec,mode=1777", "-e", "HOME=/home",
+                        "--network", "host", "--user", "65532:65532", tag,
+                        "/plugins/flux-plunger", "status", "-n", ns, "--kubeconfig", "/kubeconfig",
+                        check=False)
+        assert status.returncode == 0, status.stderr
+        table = rows(status.stdout)
+        assert table[1][0] == "demo" and "stuck" in table[1], status.stdout
+    finally:
+        docker("rmi", "-f", tag, check=False)
 
 
 def test_it_runs_in_the_debian_11_floor_root(dist, plane, cluster):
