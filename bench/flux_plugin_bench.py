@@ -34,7 +34,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,18 +44,8 @@ import flux_plugin  # noqa: E402
 
 from testplane import binaries  # noqa: E402
 
-
-def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """(CPU seconds user+sys, wall seconds) of one run."""
-    t = time.monotonic()
-    pid = os.posix_spawn(argv[0], argv, env,
-                         file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                                       (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)])
-    _, status, ru = os.wait4(pid, 0)
-    wall = time.monotonic() - t
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{' '.join(argv)} exited {os.waitstatus_to_exitcode(status)}")
-    return ru.ru_utime + ru.ru_stime, wall
+sys.path.insert(0, str(ROOT / "bench"))
+from startup_bench import measure  # noqa: E402 - one way to time a run, as startup_bench
 
 
 def plugin_dir(base: Path, name: str, exe: Path, link: bool = False) -> Path:

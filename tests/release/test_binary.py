@@ -213,6 +213,18 @@ def docker(*args: str, check: bool = True, timeout: float = 300,
     return proc
 
 
+def copy_system_libraries(bundle: Path, root: Path) -> None:
+    """Copy into ``root`` (at their own paths) the system libraries the bundle loads
+    (``system_libraries``): glibc's and zlib at least."""
+    libs = system_libraries(bundle)
+    assert {Path(p).name for p in libs} >= {"libc.so.6", "libz.so.1"}
+    for lib in sorted(libs):
+        dest = root / lib.lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(os.path.realpath(lib), dest)
+        dest.chmod(0o755)
+
+
 def system_libraries(bundle: Path) -> set[str]:
     """The host libraries the bundle loads that it does not carry: everything its executable
     links (the bootloader runs before any bundled library can be found) and what the bundled
@@ -244,13 +256,7 @@ def image(archive, plane, tmp_path_factory):
     (rootfs / "tmp").chmod(0o1777)  # as a distribution's /tmp (the engine's tmpfs copies it)
     with tarfile.open(archive) as tar:
         tar.extractall(rootfs / "opt" / "flux-plunger", filter="tar")
-    libs = system_libraries(rootfs / "opt" / "flux-plunger")
-    assert {Path(p).name for p in libs} >= {"libc.so.6", "libz.so.1"}
-    for lib in sorted(libs):
-        dest = rootfs / lib.lstrip("/")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(os.path.realpath(lib), dest)
-        dest.chmod(0o755)
+    copy_system_libraries(rootfs / "opt" / "flux-plunger", rootfs)
     (rootfs / "kubeconfig").write_bytes(plane.self_contained_kubeconfig())
     (rootfs / "kubeconfig").chmod(0o644)
     files = [p.relative_to(rootfs).as_posix() for p in rootfs.rglob("*") if p.is_file()]

@@ -34,6 +34,7 @@ import pytest
 import yaml
 
 from .conftest import ROOT, VERSION
+from .test_binary import copy_system_libraries, docker
 
 sys.path.insert(0, str(ROOT / "krew"))
 import binary  # noqa: E402
@@ -334,19 +335,6 @@ def test_concurrent_first_runs_of_the_real_single_file(dist, tmp_path):
     assert names <= {p.relative_to(unpacked).as_posix() for p in unpacked.rglob("*")}
 
 
-def system_libraries(bundle: Path) -> set[str]:
-    """The host libraries the unpacked bundle loads that it does not carry (ldd)."""
-    bundled = {p.name for p in (bundle / "_internal").rglob("*.so*")}
-    libs: set[str] = set()
-    for elf in [bundle / binary.BIN, *sorted((bundle / "_internal").rglob("*.so*"))]:
-        out = subprocess.run(["ldd", str(elf)], capture_output=True, text=True, timeout=60).stdout
-        for line in out.splitlines():
-            path = next((w for w in line.split() if w.startswith("/")), None)
-            if path and (elf.name == binary.BIN or Path(path).name not in bundled):
-                libs.add(path)
-    return libs
-
-
 def _root_without_python(dist: Path, plane, root: Path) -> Path:
     """A root file system holding the single file (/plugins/flux-plunger), the system
     libraries its bundle loads (glibc's, zlib), the test apiserver's kubeconfig (/kubeconfig,
@@ -360,13 +348,7 @@ def _root_without_python(dist: Path, plane, root: Path) -> Path:
     bundle = root.parent / "bundle"
     with tarfile.open(dist / ARCHIVE) as tar:
         tar.extractall(bundle, filter="tar")
-    libs = system_libraries(bundle)
-    assert {Path(p).name for p in libs} >= {"libc.so.6", "libz.so.1"}
-    for lib in sorted(libs):
-        dest = root / lib.lstrip("/")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(os.path.realpath(lib), dest)
-        dest.chmod(0o755)
+    copy_system_libraries(bundle, root)
     (root / "kubeconfig").write_bytes(plane.self_contained_kubeconfig())
     (root / "kubeconfig").chmod(0o644)
     files = [p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()]
@@ -414,7 +396,6 @@ def test_it_runs_in_a_container_without_python(dist, plane, cluster, tmp_path):
     starts the project's own): read-only, an unprivileged user, /tmp a tmpfs mounted noexec
     (Docker's default), $HOME a writable tmpfs as a pod's emptyDir; the single file unpacks
     itself there and reads the real apiserver over the host's network."""
-    from .test_binary import docker
 
     assert shutil.which("docker"), "no docker client: run KIND_ENGINE=start ./hack/test.sh"
     assert docker("info", check=False, timeout=30).returncode == 0, (

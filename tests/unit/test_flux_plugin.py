@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import gzip
 import hashlib
-import importlib.util
 import io
 import os
 import shutil
@@ -27,13 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KREW = ROOT / "krew"
 
 
-def load(name: str):
-    sys.path.insert(0, str(KREW))
-    spec = importlib.util.spec_from_file_location(f"krew_{name}", KREW / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
+from .test_krew_manifest import load  # noqa: E402 - the one loader of krew/ scripts
 
 fp = load("flux_plugin")
 TAG = "v" + load("build").version()
