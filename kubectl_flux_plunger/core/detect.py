@@ -145,17 +145,22 @@ def is_stuck(hr: Obj) -> bool:
     return stuck_face(hr) is not None
 
 
-def failing_reason(hr: Obj) -> str | None:
-    """helm-controller's reason (else ``Unspecified``) when the Ready condition is False for
-    something flux-plunger does not repair; None when Ready is not False or the release
-    is stuck (``stuck_face``).  ``status`` lists these, and writes nothing to them."""
-    if is_stuck(hr):
-        return None
+def ready_false_reason(hr: Obj) -> str | None:
+    """The Ready condition's reason as helm-controller wrote it ("" when it wrote none)
+    while Ready is False; None otherwise."""
     ready = get_condition(hr, "Ready")
     if ready is None or ready.get("status") != "False":
         return None
     reason = ready.get("reason")
-    return reason if isinstance(reason, str) and reason else "Unspecified"
+    return reason if isinstance(reason, str) else ""
+
+
+def failing_reason(hr: Obj) -> str | None:
+    """helm-controller's reason (else ``Unspecified``) when the Ready condition is False for
+    something flux-plunger does not repair; None when Ready is not False or the release
+    is stuck (``stuck_face``).  ``status`` lists these, and writes nothing to them."""
+    reason = None if is_stuck(hr) else ready_false_reason(hr)
+    return None if reason is None else reason or "Unspecified"
 
 
 def is_terminating(hr: Obj) -> bool:

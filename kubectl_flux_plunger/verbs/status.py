@@ -349,8 +349,6 @@ def _row(
         )
     processed = (md.get("annotations") or {}).get(C.PROCESSED_ANNOTATION, "-")
     face = detect.stuck_face(hr)
-    ready = detect.get_condition(hr, "Ready") or {}
-    reason = ready.get("reason") if ready.get("status") == "False" else ""
     hold = hold_of(hr, state, cover[0] if cover else None)
     if hold:
         note = "; ".join(filter(None, (hold_note(hold), note)))
@@ -370,7 +368,7 @@ def _row(
         note=note,
         stuck=face is not None,
         face=face.value if face is not None else "",
-        ready_reason=reason if isinstance(reason, str) else "",
+        ready_reason=detect.ready_false_reason(hr) or "",
         cluster=cluster,
         controller=",".join(c.name for c in cover or []),
         metadata=md,
