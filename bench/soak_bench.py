@@ -3,7 +3,10 @@ over a compressed stretch of cluster life?
 
     .venv/bin/python bench/soak_bench.py [--releases 2000] [--minutes 30] [--warmup 5]
         [--write-rate 25] [--stuck-every 60] [--churn-every 10] [--resync 120]
-        [--restarts 1] [--sample-every 10] [--no-tracemalloc] [--out DIR]
+        [--restarts 1] [--sample-every 10] [--no-tracemalloc] [--reference-bin BIN]
+        [--out DIR]
+    .venv/bin/python bench/soak_bench.py --rss-plot OURS/samples.json:serve \
+        REF/samples.json:reference --out DIR      # the RSS curves side by side (rss.png)
 
 1. starts kube-apiserver + etcd (testplane; ``--min-request-timeout=60``) and creates
    ``--releases`` HelmReleases in namespace ``bulk`` (bench/serve_first_bench.py's seed, ~2 KiB
@@ -20,8 +23,8 @@ over a compressed stretch of cluster life?
      suspension, testplane.cluster; then writes its successful retry), recovered, corrupt
      (its newest revision undecodable: skipped, announced by a RecoverySkipped Event and
      notification), recovered, deleted mid-recovery (deleted once serve holds it; its own
-     namespace's simulated helm-controller answers only every second, so the delete lands
-     while the recovery waits); each with helm-controller's Warning Event; the previous
+     namespace's simulated helm-controller handles deletes but never acknowledges a
+     suspension, so the delete always lands while the recovery waits); each with helm-controller's Warning Event; the previous
      cycle's release is deleted;
    * ``--restarts`` apiserver restarts, spread over the run after the warm-up (the watch
      resumes from a resourceVersion the new watch cache may not have: 410, a fresh sync);
@@ -32,9 +35,12 @@ over a compressed stretch of cluster life?
 3. every ``--sample-every`` seconds: serve's RSS (VmRSS), open file descriptors, threads,
    its request rate (``flux_plunger_api_requests_total`` from its /metrics), the reactions
    (stuck written → its newest Secret's DELETE seen by a watch) of that window, and the
-   status writes the driver made; printed as a table as it goes and plotted into
-   ``soak.png`` (matplotlib, bench/requirements-soak.txt);
-4. with tracemalloc (default): serve runs under a wrapper that traces it from its start and
+   status writes the driver made, and what its heap holds (serve runs under a wrapper whose
+   SIGUSR2 handler answers: Python's allocated blocks and glibc malloc's bytes in use and
+   free, ``mallinfo2``; it tells a growing Python heap from an allocator keeping freed
+   memory); printed as a table as it goes and plotted into ``soak.png`` (matplotlib,
+   bench/requirements-soak.txt);
+4. with tracemalloc (default): the wrapper traces serve from its start and
    dumps a snapshot at 80 % of the warm-up and after the last sample (SIGUSR1); the top
    allocation sites that grew between the two are printed.  Tracing costs memory (a record
    per live block; a snapshot copies them all) and time of its own: with it from the start
@@ -45,19 +51,27 @@ over a compressed stretch of cluster life?
    least squares), RSS / fds / threads first vs last, every stuck release recovered, every
    corrupt one announced, every deleted one gone, reaction p95 and request rate of the
    first window after the warm-up vs the last (``--window`` minutes, at most half of what
-   follows the warm-up), the relists by reason.
+   follows the warm-up), the relists by reason;
+6. with ``--reference-bin``: the same soak of the reference controller (PR #4293's Go build,
+   as its chart runs it: bench/serve_first_bench.py's ``reference_argv``) instead of serve —
+   RSS, fds, threads and reactions (no metrics: no request rate; Go: no heap figures;
+   it announces nothing for a corrupt revision).  ``--rss-plot`` then draws both RSS curves.
 
 A benchmark, not a test: it asserts nothing.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
+import functools
+import gc
 import itertools
 import json
 import os
 import random
 import re
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -71,22 +85,66 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 SNAPSHOTS = "SOAK_TRACEMALLOC_DIR"
+TRACE = "SOAK_TRACE"          # "1": trace from the start (tracemalloc)
+STATS = "SOAK_STATS_FILE"     # where SIGUSR2 writes the heap's figures
 FRAMES = 12  # frames kept per traced allocation: enough to reach the package's own code
 
 
+class MallInfo2(ctypes.Structure):
+    """glibc's ``struct mallinfo2`` (glibc >= 2.33): the C heap's figures."""
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+@functools.cache
+def _mallinfo2():
+    """glibc's ``mallinfo2``, looked up once: a ``CDLL`` made per call would leave its
+    function objects behind in the process it measures (the traced run of 2026-12-05 saw
+    +45 KiB of them)."""
+    fn = ctypes.CDLL(None).mallinfo2
+    fn.restype = MallInfo2
+    return fn
+
+
+def heap_figures() -> dict:
+    """What the process's heap holds: Python's allocated blocks, the traced bytes (when
+    tracing), and glibc malloc's in-use and free bytes (``mallinfo2``; none elsewhere)."""
+    out: dict = {"blocks": sys.getallocatedblocks(), "gc_garbage": len(gc.garbage)}
+    if tracemalloc.is_tracing():
+        out["traced"] = tracemalloc.get_traced_memory()[0]
+    try:
+        mi = _mallinfo2()()
+        out.update(malloc_used=mi.uordblks + mi.hblkhd, malloc_free=mi.fordblks,
+                   malloc_arena=mi.arena)
+    except (OSError, AttributeError):
+        pass
+    return out
+
+
 def serve_child(argv: list[str]) -> int:
-    """``serve`` traced by tracemalloc from its start, with a SIGUSR1 handler: each signal
-    dumps a snapshot into $SOAK_TRACEMALLOC_DIR (snap-1, snap-2 …)."""
-    where = Path(os.environ[SNAPSHOTS])
-    taken = itertools.count(1)
-    tracemalloc.start(FRAMES)
+    """``serve`` with two signal handlers: SIGUSR2 writes :func:`heap_figures` (with a
+    sequence number) to $SOAK_STATS_FILE; with $SOAK_TRACE=1, tracemalloc traces it from its
+    start and each SIGUSR1 dumps a snapshot into $SOAK_TRACEMALLOC_DIR (snap-1, snap-2 …).
+    Without tracing this is serve as it runs in a Deployment, plus the handlers."""
+    where, stats = Path(os.environ[SNAPSHOTS]), Path(os.environ[STATS])
+    taken, told = itertools.count(1), itertools.count(1)
+    if os.environ.get(TRACE) == "1":
+        tracemalloc.start(FRAMES)
 
     def on_usr1(signum, frame):
         n = next(taken)
         tracemalloc.take_snapshot().dump(str(where / f".snap-{n}"))
         os.replace(where / f".snap-{n}", where / f"snap-{n}.tracemalloc")  # whole when seen
 
-    signal.signal(signal.SIGUSR1, on_usr1)
+    def on_usr2(signum, frame):
+        part = stats.with_suffix(".part")
+        part.write_text(json.dumps({"seq": next(told), **heap_figures()}))
+        os.replace(part, stats)
+
+    if tracemalloc.is_tracing():
+        signal.signal(signal.SIGUSR1, on_usr1)
+    signal.signal(signal.SIGUSR2, on_usr2)
     sys.argv = ["kubectl-flux-plunger", *argv]
     from kubectl_flux_plunger.entry import main
     return main()
@@ -98,15 +156,49 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--serve-child"]:
 from kubectl_flux_plunger.core import constants as C  # noqa: E402
 from kubectl_flux_plunger.kube import KubeError  # noqa: E402
 from serve_bench import Serve, pct, rss_kib  # noqa: E402
+from serve_first_bench import LEASE_NS as REFERENCE_LEASE_NS  # noqa: E402
 from serve_first_bench import (BULK, DeleteWatch, ensure_namespace,  # noqa: E402
-                               record_stuck_event, seed)
+                               record_stuck_event, reference_argv, seed)
 from testplane.cluster import Cluster, SimulatedHelmController  # noqa: E402
 from testplane.notifyctl import Receiver  # noqa: E402
-from testplane.plane import ControlPlane, wait_for  # noqa: E402
+from testplane.plane import ControlPlane, free_port, wait_for  # noqa: E402
 from tests.apiserver.conftest import corrupt_revision  # noqa: E402
 
 STUCK, SLOW, LEASE_NS = "soak-stuck", "soak-slow", "soak-lease"
 KINDS = ("recover", "recover", "corrupt", "recover", "delete")
+
+
+class Reference:
+    """The reference controller (``--reference-bin``) as its chart runs it
+    (bench/serve_first_bench.py's ``reference_argv``: ``--leader-elect``, metrics off): the
+    same soak, its RSS, fds, threads and reactions; no request rate (no metrics) and no heap
+    figures (a Go process)."""
+
+    metrics = None
+
+    def __init__(self, binary: Path, plane: ControlPlane, log: Path):
+        self.probe = free_port()
+        self.log = log
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        with open(log, "wb") as fh:
+            self.proc = subprocess.Popen(reference_argv(binary.resolve(), plane, 0, self.probe),
+                                         stdout=fh, stderr=subprocess.STDOUT,
+                                         stdin=subprocess.DEVNULL, env=env)
+
+    def ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"the reference exited {self.proc.returncode}:\n"
+                               f"{self.log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.probe}/readyz", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
 
 
 class QuietDeleteWatch(DeleteWatch):
@@ -321,12 +413,16 @@ def scrape(port: int) -> dict[str, dict[tuple, float]]:
     return out
 
 
-def proc_counts(pid: int) -> tuple[float, int, int]:
-    """RSS (MiB), open file descriptors, threads of ``pid``."""
+def proc_counts(pid: int) -> tuple[float, int, int, float]:
+    """RSS (MiB), open file descriptors, threads of ``pid``, and the anonymous part of its
+    RSS (MiB: the heaps and stacks, not the pages of files mapped — code and libraries a
+    path touches for the first time grow RSS once, not with the history)."""
     rss, _ = rss_kib(pid)
-    threads = int(re.search(r"^Threads:\s+(\d+)", Path(f"/proc/{pid}/status").read_text(),
-                            re.M).group(1))
-    return rss / 1024, len(os.listdir(f"/proc/{pid}/fd")), threads
+    status = Path(f"/proc/{pid}/status").read_text()
+    threads = int(re.search(r"^Threads:\s+(\d+)", status, re.M).group(1))
+    anon = re.search(r"^RssAnon:\s+(\d+)", status, re.M)
+    return (rss / 1024, len(os.listdir(f"/proc/{pid}/fd")), threads,
+            int(anon.group(1)) / 1024 if anon else float("nan"))
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
@@ -340,31 +436,79 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in points) / sxx * 3600 if sxx else float("nan")
 
 
-def plot(samples: list[dict], driver: Driver, warmup: float, path: Path) -> str:
+def _pyplot():
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return "no plot: matplotlib is not installed (pip install -r bench/requirements-soak.txt)"
+        return None
+    return plt
+
+
+NO_PLOT = "no plot: matplotlib is not installed (pip install -r bench/requirements-soak.txt)"
+
+
+def plot(samples: list[dict], driver: Driver, warmup: float, path: Path) -> str:
+    plt = _pyplot()
+    if plt is None:
+        return NO_PLOT
     t = [s["t"] / 60 for s in samples]
-    fig, axes = plt.subplots(5, 1, figsize=(9, 12), sharex=True)
+    heap = any("blocks" in s for s in samples)
+    fig, axes = plt.subplots(6 if heap else 5, 1, figsize=(9, 14 if heap else 12), sharex=True)
     series = (("rss", "RSS (MiB)"), ("fds", "open fds"), ("threads", "threads"),
-              ("req_rate", "serve requests/s"))
+              ("req_rate", "requests/s"))
     for ax, (key, label) in zip(axes, series):
         ax.plot(t, [s[key] for s in samples], marker=".")
         ax.set_ylabel(label)
+    axes[0].plot(t, [s.get("anon", float("nan")) for s in samples], marker=".",
+                 label="of it anonymous (RssAnon)")
+    axes[0].legend(["RSS", "of it anonymous (RssAnon)"])
     done = [c for c in driver.cycles if "reaction" in c]
     axes[4].plot([c["at"] / 60 for c in done], [c["reaction"] * 1000 for c in done], "o")
     axes[4].set_ylabel("reaction (ms)")
-    axes[4].set_xlabel("minutes since the drivers started")
+    if heap:
+        ax = axes[5]
+        have = [s for s in samples if "blocks" in s]
+        ax.plot([s["t"] / 60 for s in have], [s["blocks"] / 1000 for s in have], marker=".",
+                label="Python blocks (k)")
+        ax.set_ylabel("Python blocks (k)")
+        twin = ax.twinx()
+        twin.plot([s["t"] / 60 for s in have], [s.get("malloc_used", 0) / 2**20 for s in have],
+                  color="tab:orange", marker=".", label="malloc in use (MiB)")
+        twin.set_ylabel("malloc in use (MiB)", color="tab:orange")
+    axes[-1].set_xlabel("minutes since the drivers started")
     for ax in axes:
         ax.axvline(warmup, color="grey", linestyle="--")
         for at, _ in driver.restarts:
             ax.axvline(at / 60, color="red", linestyle=":")
         ax.grid(alpha=0.3)
-    fig.suptitle("serve soak (issue 49); dashed: end of warm-up; dotted: apiserver restart")
+    fig.suptitle("soak (issue 49); dashed: end of warm-up; dotted: apiserver restart")
     fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    return f"plot: {path}"
+
+
+def rss_plot(runs: list[str], path: Path, warmup: float) -> str:
+    """The RSS of earlier runs (their samples.json, each ``PATH:LABEL``) on one axis."""
+    plt = _pyplot()
+    if plt is None:
+        return NO_PLOT
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for run in runs:
+        file, _, label = run.partition(":")
+        samples = json.loads(Path(file).read_text())
+        ax.plot([s["t"] / 60 for s in samples], [s["rss"] for s in samples], marker=".",
+                label=label or file)
+    ax.axvline(warmup, color="grey", linestyle="--")
+    ax.set_xlabel("minutes since the drivers started")
+    ax.set_ylabel("RSS (MiB)")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.suptitle("soak (issue 49): RSS side by side; dashed: end of warm-up")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
     return f"plot: {path}"
 
@@ -391,15 +535,39 @@ def growth(first: Path, last: Path, top: int = 12) -> list[str]:
     return lines
 
 
-def sample(serve: Serve, driver: Driver, last: dict | None) -> dict:
-    rss, fds, threads = proc_counts(serve.proc.pid)
-    metrics = scrape(serve.metrics)
+class HeapProbe:
+    """Asks the serve child for its heap figures (SIGUSR2) and waits for the answer."""
+
+    def __init__(self, path: Path):
+        self.path, self.seq = path, 0
+
+    def ask(self, proc: subprocess.Popen) -> dict:
+        proc.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                got = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                got = {}
+            if got.get("seq", 0) > self.seq:
+                self.seq = got["seq"]
+                return got
+            time.sleep(0.02)
+        return {}   # not answered in 5 s: this sample has no heap figures
+
+
+def sample(serve, driver: Driver, last: dict | None, probe: HeapProbe | None) -> dict:
+    rss, fds, threads, anon = proc_counts(serve.proc.pid)
+    metrics = scrape(serve.metrics) if serve.metrics else {}
     requests = sum(metrics.get("flux_plunger_api_requests_total", {}).values())
     t = driver.elapsed()
-    s = {"t": t, "rss": rss, "fds": fds, "threads": threads, "requests": requests,
+    s = {"t": t, "rss": rss, "anon": anon, "fds": fds, "threads": threads, "requests": requests,
          "writes": driver.writes, "metrics": metrics}
+    if probe is not None:
+        s.update({k: v for k, v in probe.ask(serve.proc).items() if k != "seq"})
     dt = t - last["t"] if last else t
-    s["req_rate"] = (requests - (last["requests"] if last else 0)) / dt if dt > 0 else 0.0
+    s["req_rate"] = ((requests - (last["requests"] if last else 0)) / dt if dt > 0 else 0.0) \
+        if serve.metrics else float("nan")
     s["write_rate"] = (driver.writes - (last["writes"] if last else 0)) / dt if dt > 0 else 0.0
     since = last["t"] if last else 0.0
     s["reactions"] = [c["reaction"] for c in driver.cycles
@@ -410,11 +578,14 @@ def sample(serve: Serve, driver: Driver, last: dict | None) -> dict:
 def row(s: dict) -> str:
     r = s["reactions"]
     react = f"{max(r) * 1000:6.0f}" if r else "     -"
-    return (f"{s['t'] / 60:6.1f} {s['rss']:8.1f} {s['fds']:5d} {s['threads']:5d} "
-            f"{s['req_rate']:8.2f} {s['write_rate']:7.1f} {len(r):4d} {react}")
+    heap = (f" {s['blocks'] / 1000:8.1f} {s.get('malloc_used', 0) / 2**20:7.1f} "
+            f"{s.get('malloc_free', 0) / 2**20:7.1f}" if "blocks" in s else "")
+    return (f"{s['t'] / 60:6.1f} {s['rss']:8.1f} {s['anon']:6.1f} {s['fds']:5d} {s['threads']:5d} "
+            f"{s['req_rate']:8.2f} {s['write_rate']:7.1f} {len(r):4d} {react}{heap}")
 
 
-HEADER = "   min  RSS-MiB   fds  thr   req/s  writes/s  rec  max-ms"
+HEADER = ("   min  RSS-MiB   anon   fds  thr   req/s  writes/s  rec  max-ms  pyblk-k  malloc  "
+          "mfree   (malloc in use / free, MiB)")
 
 
 def windows(samples: list[dict], warmup_s: float, window_s: float) -> tuple[list, list]:
@@ -445,6 +616,24 @@ def summary(samples: list[dict], driver: Driver, a: argparse.Namespace) -> list[
     out.append(f"  RSS slope after the warm-up: {slope:+.2f} MiB/h (goal <= 2); "
                f"first window {mean(first, 'rss'):.1f} MiB, last {mean(last, 'rss'):.1f} MiB "
                f"({(mean(last, 'rss') / mean(first, 'rss') - 1) * 100:+.1f} %, goal within 10 %)")
+    out.append(f"  of it anonymous (RssAnon): "
+               f"{slope_per_hour([(s['t'], s['anon']) for s in after]):+.2f} MiB/h, "
+               f"{mean(first, 'anon'):.1f} -> {mean(last, 'anon'):.1f} MiB")
+    heap = [s for s in after if "blocks" in s]
+    if len(heap) >= 2:
+        def mib(key, ss):
+            return sum(s.get(key, 0) for s in ss) / len(ss) / 2**20
+        hf, hl = [s for s in first if "blocks" in s], [s for s in last if "blocks" in s]
+        out.append(
+            f"  heap after the warm-up: Python blocks {mean(hf, 'blocks') / 1000:.1f}k -> "
+            f"{mean(hl, 'blocks') / 1000:.1f}k ("
+            f"{slope_per_hour([(s['t'], s['blocks']) for s in heap]) / 1000:+.1f}k/h); malloc "
+            f"in use {mib('malloc_used', hf):.1f} -> {mib('malloc_used', hl):.1f} MiB ("
+            f"{slope_per_hour([(s['t'], s.get('malloc_used', 0) / 2**20) for s in heap]):+.2f}"
+            f" MiB/h), free in its heap {mib('malloc_free', hf):.1f} -> "
+            f"{mib('malloc_free', hl):.1f} MiB"
+            + (f"; traced {mib('traced', hf):.1f} -> {mib('traced', hl):.1f} MiB"
+               if "traced" in heap[0] else ""))
     out.append(f"  open fds: {after[0]['fds']} at the warm-up's end, {after[-1]['fds']} last; "
                f"threads: {after[0]['threads']} -> {after[-1]['threads']} (goal: equal)")
     by_kind = {k: [c for c in driver.cycles if c["kind"] == k] for k in set(KINDS)}
@@ -476,7 +665,8 @@ def summary(samples: list[dict], driver: Driver, a: argparse.Namespace) -> list[
                    f"p95 {pct(all_r, 95) * 1000:.0f} ms, max {max(all_r) * 1000:.0f} ms "
                    f"({len(all_r)} recoveries)")
     out.append(f"  serve's request rate: first window {mean(first, 'req_rate'):.2f}/s, last "
-               f"{mean(last, 'req_rate'):.2f}/s (goal: no creep)")
+               f"{mean(last, 'req_rate'):.2f}/s (goal: no creep)" if a.reference_bin is None
+               else "  request rate: not measured (the reference serves no metrics here)")
     m = samples[-1]["metrics"]
     relists = {k[0]: int(v) for k, v in m.get("flux_plunger_relists_total", {}).items()}
     verbs = {k[0]: int(v) for k, v in m.get("flux_plunger_api_requests_total", {}).items()}
@@ -505,8 +695,17 @@ def main() -> int:
     ap.add_argument("--restarts", type=int, default=1, help="apiserver restarts after warm-up")
     ap.add_argument("--sample-every", type=float, default=10)
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
+    ap.add_argument("--reference-bin", type=Path, default=None,
+                    help="soak the reference controller (this binary) instead of serve")
     ap.add_argument("--out", type=Path, default=None, help="work directory (plot, logs)")
+    ap.add_argument("--rss-plot", nargs="+", metavar="SAMPLES_JSON:LABEL", default=None,
+                    help="only plot the RSS of earlier runs side by side into --out/rss.png")
     a = ap.parse_args()
+    if a.rss_plot:
+        print(rss_plot(a.rss_plot, (a.out or Path(".")) / "rss.png", a.warmup))
+        return 0
+    if a.reference_bin is not None:
+        a.tracemalloc = False
     work = a.out or Path(tempfile.mkdtemp(prefix="soak-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     plane = ControlPlane(work / "plane", apiserver_args=("--min-request-timeout=60",)).start()
@@ -521,25 +720,34 @@ def main() -> int:
         seed(kube, a.releases, 16)
         names = [f"r{i:05d}" for i in range(a.releases)]
         add_storage(cluster, BULK, names, 16)
-        for ns in (STUCK, SLOW, LEASE_NS):
+        for ns in (STUCK, SLOW, LEASE_NS, REFERENCE_LEASE_NS):
             ensure_namespace(kube, ns)
         snaps = work / "tracemalloc"
         snaps.mkdir(exist_ok=True)
-        launcher = ([sys.executable, str(Path(__file__).resolve()), "--serve-child"]
-                    if a.tracemalloc else None)
-        serve = Serve(plane, work / "serve.log", "--leader-election-namespace", LEASE_NS,
-                      "--lease-duration", "60s", "--renew-deadline", "45s",
-                      "--retry-period", "2s", "--resync-period", f"{a.resync:g}s",
-                      "--events-addr", receiver.url, launcher=launcher,
-                      env={SNAPSHOTS: str(snaps)})
-        wait_for(serve.ready, 300, "serve ready", interval=0.1)
-        print(f"serve ready with {a.releases} HelmReleases, each with storage; driving it for "
-              f"{a.minutes:g} min ({a.warmup:g} min warm-up)", flush=True)
+        probe = None
+        if a.reference_bin is not None:
+            serve = Reference(a.reference_bin, plane, work / "reference.log")
+        else:
+            probe = HeapProbe(work / "heap.json")
+            serve = Serve(plane, work / "serve.log", "--leader-election-namespace", LEASE_NS,
+                          "--lease-duration", "60s", "--renew-deadline", "45s",
+                          "--retry-period", "2s", "--resync-period", f"{a.resync:g}s",
+                          "--events-addr", receiver.url,
+                          launcher=[sys.executable, str(Path(__file__).resolve()),
+                                    "--serve-child"],
+                          env={SNAPSHOTS: str(snaps), STATS: str(probe.path),
+                               TRACE: "1" if a.tracemalloc else "0"})
+        wait_for(serve.ready, 300, "the controller ready", interval=0.1)
+        print(f"{'the reference' if a.reference_bin else 'serve'} ready with {a.releases} "
+              f"HelmReleases, each with storage; driving it for {a.minutes:g} min "
+              f"({a.warmup:g} min warm-up)", flush=True)
+        # soak-slow's helm-controller never acknowledges a suspension (busy elsewhere): the
+        # recovery there waits for it until the bench deletes the release it holds
         with SimulatedHelmController(cluster, STUCK, interval=0.05), \
-                SimulatedHelmController(cluster, SLOW, interval=1.0):
+                SimulatedHelmController(cluster, SLOW, acknowledge=False, interval=0.2):
             driver = Driver(plane, cluster, receiver, names, a)
             driver.start()
-            samples = run_samples(serve, driver, a, snaps)
+            samples = run_samples(serve, driver, a, snaps, probe)
             driver.stop.set()
         print()
         print(HEADER)
@@ -567,7 +775,8 @@ def main() -> int:
         plane.stop()
 
 
-def run_samples(serve: Serve, driver: Driver, a: argparse.Namespace, snaps: Path) -> list[dict]:
+def run_samples(serve, driver: Driver, a: argparse.Namespace, snaps: Path,
+                probe: HeapProbe | None) -> list[dict]:
     """Sample every ``--sample-every`` s until ``--minutes``; tracemalloc: a snapshot at 80 %
     of the warm-up (what the snapshot itself costs — a copy of every trace, ~25 MiB of RSS
     that stays with the process — lands inside the warm-up) and one after the last sample."""
@@ -577,10 +786,10 @@ def run_samples(serve: Serve, driver: Driver, a: argparse.Namespace, snaps: Path
     while driver.elapsed() < a.minutes * 60:
         time.sleep(max(0.0, (len(samples) + 1) * a.sample_every - driver.elapsed()))
         if serve.proc.poll() is not None:
-            print(f"serve exited {serve.proc.returncode}; see {serve.log}", flush=True)
+            print(f"the controller exited {serve.proc.returncode}; see {serve.log}", flush=True)
             break
         try:
-            samples.append(sample(serve, driver, samples[-1] if samples else None))
+            samples.append(sample(serve, driver, samples[-1] if samples else None, probe))
         except OSError as exc:
             print(f"  sample failed: {exc}", flush=True)
             continue

@@ -157,12 +157,15 @@ class SimulatedHelmController:
       and either way ``finalizers.fluxcd.io`` is dropped and observedGeneration recorded —
       exactly helm-controller's delete handling (deletion checked before suspend).
 
-    ``handle_deletes=False`` leaves deletes alone (helm-controller not answering)."""
+    ``handle_deletes=False`` leaves deletes alone (helm-controller not answering);
+    ``acknowledge=False`` never acknowledges a suspension of a release not being deleted
+    (helm-controller busy elsewhere: a recovery waits until the release is deleted)."""
 
     def __init__(self, cluster: Cluster, namespace: str, *, handle_deletes: bool = True,
-                 interval: float = 0.05):
+                 acknowledge: bool = True, interval: float = 0.05):
         self.cluster, self.namespace = cluster, namespace
         self.handle_deletes = handle_deletes
+        self.acknowledge = acknowledge
         self.interval = interval
         self.uninstalled: list[str] = []
         self.dropped_without_uninstall: list[str] = []
@@ -207,7 +210,7 @@ class SimulatedHelmController:
                     # unsuspended, terminating release still runs the uninstall
                     self._uninstall(hr)
                     self.cluster.set_status(self.namespace, name, {"observedGeneration": gen})
-            elif spec.get("suspend") and observed != gen:
+            elif spec.get("suspend") and observed != gen and self.acknowledge:
                 self.cluster.set_status(self.namespace, name, {"observedGeneration": gen})
 
     def _uninstall(self, hr: dict) -> None:
