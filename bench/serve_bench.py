@@ -65,7 +65,8 @@ class Serve:
 
     def ready(self) -> bool:
         if self.proc.poll() is not None:
-            raise RuntimeError(f"serve exited {self.proc.returncode}:\n{self.log.read_text()}")
+            raise RuntimeError(f"{self.log.stem} exited {self.proc.returncode}:\n"
+                               f"{self.log.read_text()[-3000:]}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.probe}/readyz", timeout=2) as r:
                 return r.status == 200

@@ -168,37 +168,20 @@ STUCK, SLOW, LEASE_NS = "soak-stuck", "soak-slow", "soak-lease"
 KINDS = ("recover", "recover", "corrupt", "recover", "delete")
 
 
-class Reference:
+class Reference(Serve):
     """The reference controller (``--reference-bin``) as its chart runs it
     (bench/serve_first_bench.py's ``reference_argv``: ``--leader-elect``, metrics off): the
     same soak, its RSS, fds, threads and reactions; no request rate (no metrics) and no heap
-    figures (a Go process)."""
+    figures (a Go process).  Ready and stopped as ``Serve`` is (its /readyz, a kill)."""
 
-    metrics = None
-
-    def __init__(self, binary: Path, plane: ControlPlane, log: Path):
-        self.probe = free_port()
+    def __init__(self, binary: Path, plane: ControlPlane, log: Path):  # not Serve.__init__
+        self.probe, self.metrics = free_port(), None
         self.log = log
         env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
         with open(log, "wb") as fh:
             self.proc = subprocess.Popen(reference_argv(binary.resolve(), plane, 0, self.probe),
                                          stdout=fh, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=env)
-
-    def ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"the reference exited {self.proc.returncode}:\n"
-                               f"{self.log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.probe}/readyz", timeout=2) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 class QuietDeleteWatch(DeleteWatch):
