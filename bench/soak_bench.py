@@ -24,8 +24,8 @@ over a compressed stretch of cluster life?
      (its newest revision undecodable: skipped, announced by a RecoverySkipped Event and
      notification), recovered, deleted mid-recovery (deleted once serve holds it; its own
      namespace's simulated helm-controller handles deletes but never acknowledges a
-     suspension, so the delete always lands while the recovery waits); each with helm-controller's Warning Event; the previous
-     cycle's release is deleted;
+     suspension, so the delete always lands while the recovery waits); each with
+     helm-controller's Warning Event; the previous cycle's release is deleted;
    * ``--restarts`` apiserver restarts, spread over the run after the warm-up (the watch
      resumes from a resourceVersion the new watch cache may not have: 410, a fresh sync);
    * serve's watch ends at its ``timeoutSeconds`` (the time left to the resync, at most
@@ -64,7 +64,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import functools
-import gc
 import itertools
 import json
 import os
@@ -110,13 +109,12 @@ def _mallinfo2():
 def heap_figures() -> dict:
     """What the process's heap holds: Python's allocated blocks, the traced bytes (when
     tracing), and glibc malloc's in-use and free bytes (``mallinfo2``; none elsewhere)."""
-    out: dict = {"blocks": sys.getallocatedblocks(), "gc_garbage": len(gc.garbage)}
+    out: dict = {"blocks": sys.getallocatedblocks()}
     if tracemalloc.is_tracing():
         out["traced"] = tracemalloc.get_traced_memory()[0]
     try:
         mi = _mallinfo2()()
-        out.update(malloc_used=mi.uordblks + mi.hblkhd, malloc_free=mi.fordblks,
-                   malloc_arena=mi.arena)
+        out.update(malloc_used=mi.uordblks + mi.hblkhd, malloc_free=mi.fordblks)
     except (OSError, AttributeError):
         pass
     return out
@@ -444,8 +442,7 @@ def plot(samples: list[dict], driver: Driver, warmup: float, path: Path) -> str:
     for ax, (key, label) in zip(axes, series):
         ax.plot(t, [s[key] for s in samples], marker=".")
         ax.set_ylabel(label)
-    axes[0].plot(t, [s.get("anon", float("nan")) for s in samples], marker=".",
-                 label="of it anonymous (RssAnon)")
+    axes[0].plot(t, [s.get("anon", float("nan")) for s in samples], marker=".")
     axes[0].legend(["RSS", "of it anonymous (RssAnon)"])
     done = [c for c in driver.cycles if "reaction" in c]
     axes[4].plot([c["at"] / 60 for c in done], [c["reaction"] * 1000 for c in done], "o")
@@ -453,12 +450,11 @@ def plot(samples: list[dict], driver: Driver, warmup: float, path: Path) -> str:
     if heap:
         ax = axes[5]
         have = [s for s in samples if "blocks" in s]
-        ax.plot([s["t"] / 60 for s in have], [s["blocks"] / 1000 for s in have], marker=".",
-                label="Python blocks (k)")
+        ax.plot([s["t"] / 60 for s in have], [s["blocks"] / 1000 for s in have], marker=".")
         ax.set_ylabel("Python blocks (k)")
         twin = ax.twinx()
         twin.plot([s["t"] / 60 for s in have], [s.get("malloc_used", 0) / 2**20 for s in have],
-                  color="tab:orange", marker=".", label="malloc in use (MiB)")
+                  color="tab:orange", marker=".")
         twin.set_ylabel("malloc in use (MiB)", color="tab:orange")
     axes[-1].set_xlabel("minutes since the drivers started")
     for ax in axes:
@@ -549,8 +545,10 @@ def sample(serve, driver: Driver, last: dict | None, probe: HeapProbe | None) ->
     if probe is not None:
         s.update({k: v for k, v in probe.ask(serve.proc).items() if k != "seq"})
     dt = t - last["t"] if last else t
-    s["req_rate"] = ((requests - (last["requests"] if last else 0)) / dt if dt > 0 else 0.0) \
-        if serve.metrics else float("nan")
+    if not serve.metrics:
+        s["req_rate"] = float("nan")   # the reference: no metrics
+    else:
+        s["req_rate"] = (requests - (last["requests"] if last else 0)) / dt if dt > 0 else 0.0
     s["write_rate"] = (driver.writes - (last["writes"] if last else 0)) / dt if dt > 0 else 0.0
     since = last["t"] if last else 0.0
     s["reactions"] = [c["reaction"] for c in driver.cycles
