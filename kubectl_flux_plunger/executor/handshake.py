@@ -20,7 +20,7 @@ from typing import Any
 
 from ..core import detect, ownership
 from ..core.objects import Obj
-from ..kube import INITIAL_EVENTS_END, Kube, KubeError, Unreachable
+from ..kube import INITIAL_EVENTS_END, Kube, KubeError, Unreachable, kept
 from .outcome import Options, Stopped
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,7 @@ class ReleaseWatch:
                     break
                 self._q.put(ev)
         except Exception as exc:  # noqa: BLE001 - any end of the stream is an end
-            self.error = exc
+            self.error = kept(exc)  # no traceback: it would hold this frame, so self
             if not self._closed.is_set():
                 log.debug("watch of %s/%s ended: %s", self.namespace, self.name, exc)
         finally:

@@ -48,6 +48,7 @@ from .errors import (
     TooManyRequests,
     Unauthorized,
     Unreachable,
+    kept,
     kube_error,
 )
 from .official import ClientConfiguration, kubeconfig_contexts
@@ -96,6 +97,7 @@ __all__ = [
     "default_namespace",
     "hr_path",
     "in_cluster_namespace",
+    "kept",
     "kube_error",
     "kubeconfig_contexts",
     "kubeconfig_paths",

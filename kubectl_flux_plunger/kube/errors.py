@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import json
+from typing import TypeVar
 
 from ..core.objects import Obj
+
+E = TypeVar("E", bound=BaseException)
 
 # the apiserver's text for a JSON patch that failed to apply (a failed ``test`` op among them)
 GENERIC_422 = "the server rejected our request due to an error in our request"
@@ -139,6 +142,21 @@ def kube_error(status: int, reason: str, message: str, body: Obj | None = None) 
     """The KubeError subclass for ``status``."""
     cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else KubeError)
     return cls(status, reason, message, body)
+
+
+def kept(exc: E) -> E:
+    """``exc`` with its tracebacks (and those of its causes) dropped, for keeping beyond the
+    ``except`` that caught it: a traceback holds the frame that caught it, and that frame
+    holds whatever keeps the error (``self.error = exc``, a local) — a reference cycle only
+    the cyclic collector's rare full collections free.  One per watch that ended in an error
+    grew serve's heap between them (issue 49's soak).  Messages, status and type stay."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        cur.__traceback__ = None
+        cur = cur.__cause__ or cur.__context__
+    return exc
 
 
 class ConfigError(Exception):

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from ..core.objects import Obj
 from ..core.scope import Scope, disjoint
-from ..kube import Kube, KubeError, controller_lease
+from ..kube import Kube, KubeError, controller_lease, kept
 from ..kube.controller_lease import ControllerLease
 from ..report.events import Recorder
 from .logs import fields
@@ -146,7 +146,7 @@ class OverlapCheck:
         try:
             items = self.kube.list_cluster_leases()
         except KubeError as exc:
-            cluster = exc
+            cluster = kept(exc)  # outlives the except: no traceback (a cycle with this frame)
         else:
             self._list_failed = self._cluster_failed = False
             return items

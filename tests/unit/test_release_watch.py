@@ -3,13 +3,15 @@ scripted stream: the initial ADDED is the read, the end-of-initial-events bookma
 ADDED means "no such release", and every way the watch-list can fail falls back to a GET."""
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 
 import pytest
 
 from kubectl_flux_plunger.executor import Executor, Options
 from kubectl_flux_plunger.executor.handshake import InitialStateUnknown, ReleaseWatch
-from kubectl_flux_plunger.kube import INITIAL_EVENTS_END, kube_error
+from kubectl_flux_plunger.kube import INITIAL_EVENTS_END, Unreachable, kube_error
 
 NS, NAME = "apps", "demo"
 
@@ -59,7 +61,13 @@ class FakeKube:
         self.resps.append(resp)
         if opened is not None:
             opened(resp)
-        yield from self.script
+        for ev in self.script:
+            if isinstance(ev, Exception):  # the stream breaks, as urllib3's chunked read does
+                try:
+                    raise ValueError("invalid literal for int() with base 16: b''")
+                except ValueError:
+                    raise ev  # noqa: B904 - its context, as the transport's error has
+            yield ev
         resp.closed.wait(10)  # an open stream: ends when closed
 
     def get_hr(self, namespace, name):
@@ -186,3 +194,24 @@ def test_closing_the_watch_ends_its_reader_thread():
     # the reader thread ends once its stream is closed, and says so on the queue
     watch._thread.join(5)
     assert not watch._thread.is_alive()
+
+
+def test_a_watch_that_ended_in_an_error_is_freed_without_the_cyclic_collector():
+    """Issue 49's soak: every recovery's watch that ended in an error stayed in serve's heap
+    until a rare full collection (the error's traceback held the reader's frame, which held
+    the watch).  With the collector off, dropping the watch frees it at once."""
+    kube = FakeKube([{"type": "ADDED", "object": _hr("5")}, _end_bookmark("5"),
+                     Unreachable(0, "", "connection broken: InvalidChunkLength")])
+    gc.collect()
+    gc.disable()
+    try:
+        hr, watch = ReleaseWatch.read(kube, NS, NAME, timeout=30, first_wait=5)
+        assert hr is not None
+        assert watch.next(5) is False and watch.ended  # the stream ended in the error
+        watch._thread.join(5)
+        assert "InvalidChunkLength" in str(watch.error)
+        gone = weakref.ref(watch)
+        del watch
+        assert gone() is None
+    finally:
+        gc.enable()

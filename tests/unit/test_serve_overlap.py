@@ -7,6 +7,7 @@ processes: tests/apiserver/test_shards.py."""
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import logging
 import threading
 
@@ -40,6 +41,11 @@ def lease(name, selector=None, namespace=None, *, renew="2026-12-01T11:59:58.000
             "spec": {"holderIdentity": holder, "renewTime": renew, "leaseDurationSeconds": 15}}
 
 
+def fresh(error: KubeError) -> KubeError:
+    """A new error per refused request, as the client raises (not one instance kept here)."""
+    return KubeError(error.status, error.reason, error.message)
+
+
 class Store(Events):
     """Leases (listed) and Events of the Lease namespace."""
 
@@ -52,13 +58,13 @@ class Store(Events):
     def list_cluster_leases(self):
         self.calls.append("LIST")
         if self.list_error is not None or self.cluster_error is not None:
-            raise self.list_error or self.cluster_error
+            raise fresh(self.list_error or self.cluster_error)
         return self.leases
 
     def list_leases(self, namespace):
         self.calls.append(f"LIST {namespace}")
         if self.list_error is not None:
-            raise self.list_error
+            raise fresh(self.list_error)
         return [i for i in self.leases if i["metadata"]["namespace"] == namespace]
 
 
@@ -252,3 +258,21 @@ def test_a_refused_cluster_list_falls_back_to_our_own_namespaces(caplog):
     store.cluster_error = None                                  # granted: seen again
     check.check(NOW)
     assert check.count() == 2
+
+
+def test_a_refused_cluster_list_leaves_no_reference_cycle_behind():
+    """The refused cluster list's error outlives its ``except`` (the warning names it); kept
+    with its traceback, it and the frame that caught it would hold each other until a full
+    collection, once per check (issue 49)."""
+    store = Store(lease(OWN, f"{KEY}=a", ""))
+    store.cluster_error = KubeError(403, "Forbidden", "leases is forbidden at the cluster scope")
+    check, _ = check_of(store)
+    check.check(NOW)                                            # the warning said once
+    gc.collect()
+    gc.disable()
+    try:
+        for _ in range(3):
+            check.check(NOW)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
