@@ -62,8 +62,10 @@ A benchmark, not a test: it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import collections
 import ctypes
 import functools
+import gc
 import itertools
 import json
 import os
@@ -86,6 +88,8 @@ sys.path.insert(0, str(ROOT))
 SNAPSHOTS = "SOAK_TRACEMALLOC_DIR"
 TRACE = "SOAK_TRACE"          # "1": trace from the start (tracemalloc)
 STATS = "SOAK_STATS_FILE"     # where SIGUSR2 writes the heap's figures
+COLLECT = "SOAK_COLLECT"      # "1": each SIGUSR2 first runs a full gc.collect() (--collect)
+TYPES = 25                    # object types counted per probe with --collect
 FRAMES = 12  # frames kept per traced allocation: enough to reach the package's own code
 
 
@@ -106,10 +110,35 @@ def _mallinfo2():
     return fn
 
 
-def heap_figures() -> dict:
+def heap_figures(collect: bool = False) -> dict:
     """What the process's heap holds: Python's allocated blocks, the traced bytes (when
-    tracing), and glibc malloc's in-use and free bytes (``mallinfo2``; none elsewhere)."""
-    out: dict = {"blocks": sys.getallocatedblocks()}
+    tracing), glibc malloc's in-use and free bytes (``mallinfo2``; none elsewhere), and the
+    cyclic collector's full (generation 2) collections so far and what they freed.
+
+    ``collect``: first a full ``gc.collect()`` (it changes the process it measures: a
+    diagnosis, not the soak), then the blocks that are left (``live_blocks``), how many
+    unreachable objects it found, and the most numerous object types the collector tracks."""
+    gen2 = gc.get_stats()[2]
+    out: dict = {"blocks": sys.getallocatedblocks(), "gc2": gen2["collections"],
+                 "gc2_freed": gen2["collected"]}
+    if collect:
+        gc.set_debug(gc.DEBUG_SAVEALL)     # keep what it finds, to name it, then drop it
+        try:
+            out["unreachable"] = gc.collect()
+        finally:
+            gc.set_debug(0)
+        found, gc.garbage[:] = gc.garbage[:], []
+        out["garbage"] = dict(collections.Counter(
+            type(o).__name__ for o in found).most_common(TYPES))
+        out["garbage_code"] = dict(collections.Counter(
+            f"{Path(c.co_filename).name}:{c.co_firstlineno}:{c.co_name}" for c in (
+                getattr(o, "f_code", None) or getattr(o, "__code__", None) for o in found)
+            if c is not None).most_common(TYPES))
+        del found
+        gc.collect()    # now free them (saved, they were reachable from gc.garbage)
+        out["live_blocks"] = sys.getallocatedblocks()
+        out["types"] = dict(collections.Counter(
+            type(o).__name__ for o in gc.get_objects()).most_common(TYPES))
     if tracemalloc.is_tracing():
         out["traced"] = tracemalloc.get_traced_memory()[0]
     try:
@@ -137,7 +166,8 @@ def serve_child(argv: list[str]) -> int:
 
     def on_usr2(signum, frame):
         part = stats.with_suffix(".part")
-        part.write_text(json.dumps({"seq": next(told), **heap_figures()}))
+        part.write_text(json.dumps({"seq": next(told),
+                                    **heap_figures(os.environ.get(COLLECT) == "1")}))
         os.replace(part, stats)
 
     if tracemalloc.is_tracing():
@@ -406,6 +436,10 @@ def proc_counts(pid: int) -> tuple[float, int, int, float]:
             int(anon.group(1)) / 1024 if anon else float("nan"))
 
 
+def mean(ss: list[dict], key: str) -> float:
+    return sum(s[key] for s in ss) / len(ss)
+
+
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of (seconds, value) in value per hour."""
     if len(points) < 2:
@@ -514,6 +548,35 @@ def growth(first: Path, last: Path, top: int = 12) -> list[str]:
     return lines
 
 
+def collected_lines(heap: list[dict], first: list[dict], last: list[dict]) -> list[str]:
+    """With ``--collect``: the blocks left after each full collection (first window -> last,
+    slope), what each collection found unreachable, and the object types that grew."""
+    live = [s for s in heap if "live_blocks" in s]
+    lf, ll = [s for s in first if "live_blocks" in s], [s for s in last if "live_blocks" in s]
+    if len(live) < 2 or not lf or not ll:
+        return []
+    unreachable = sorted(s["unreachable"] for s in live)
+    lines = [f"  after a full gc.collect(): Python blocks {mean(lf, 'live_blocks') / 1000:.1f}k "
+             f"-> {mean(ll, 'live_blocks') / 1000:.1f}k ("
+             f"{slope_per_hour([(s['t'], s['live_blocks']) for s in live]) / 1000:+.1f}k/h); "
+             f"unreachable objects found per probe: median {unreachable[len(unreachable) // 2]}, "
+             f"max {unreachable[-1]}"]
+    grew = {k: ll[-1]["types"].get(k, 0) - lf[0]["types"].get(k, 0)
+            for k in set(lf[0]["types"]) | set(ll[-1]["types"])}
+    top = sorted(grew.items(), key=lambda kv: -abs(kv[1]))[:8]
+    lines.append("  object types, last probe vs first after the warm-up: "
+                 + ", ".join(f"{k} {v:+d}" for k, v in top))
+    for key, what in (("garbage", "cyclic garbage by type"),
+                      ("garbage_code", "frames and functions in it by code")):
+        total: collections.Counter = collections.Counter()
+        for s in live:
+            total.update(s.get(key, {}))
+        if total:
+            lines.append(f"  {what}, all probes after the warm-up: "
+                         + ", ".join(f"{k} {v}" for k, v in total.most_common(8)))
+    return lines
+
+
 class HeapProbe:
     """Asks the serve child for its heap figures (SIGUSR2) and waits for the answer."""
 
@@ -590,9 +653,6 @@ def summary(samples: list[dict], driver: Driver, a: argparse.Namespace) -> list[
               else "") + ":"]
     if not first:
         return out + ["  no samples after the warm-up"]
-
-    def mean(ss, key):
-        return sum(s[key] for s in ss) / len(ss)
     slope = slope_per_hour([(s["t"], s["rss"]) for s in after])
     out.append(f"  RSS slope after the warm-up: {slope:+.2f} MiB/h (goal <= 2); "
                f"first window {mean(first, 'rss'):.1f} MiB, last {mean(last, 'rss'):.1f} MiB "
@@ -615,6 +675,10 @@ def summary(samples: list[dict], driver: Driver, a: argparse.Namespace) -> list[
             f"{mib('malloc_free', hl):.1f} MiB"
             + (f"; traced {mib('traced', hf):.1f} -> {mib('traced', hl):.1f} MiB"
                if "traced" in heap[0] else ""))
+        out.append(f"  full (generation 2) collections after the warm-up: "
+                   f"{heap[-1].get('gc2', 0) - heap[0].get('gc2', 0)}, freeing "
+                   f"{heap[-1].get('gc2_freed', 0) - heap[0].get('gc2_freed', 0)} objects")
+        out.extend(collected_lines(heap, hf, hl))
     out.append(f"  open fds: {after[0]['fds']} at the warm-up's end, {after[-1]['fds']} last; "
                f"threads: {after[0]['threads']} -> {after[-1]['threads']} (goal: equal)")
     by_kind = {k: [c for c in driver.cycles if c["kind"] == k] for k in set(KINDS)}
@@ -676,6 +740,9 @@ def main() -> int:
     ap.add_argument("--restarts", type=int, default=1, help="apiserver restarts after warm-up")
     ap.add_argument("--sample-every", type=float, default=10)
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
+    ap.add_argument("--collect", action="store_true",
+                    help="a diagnosis: every heap probe first runs a full gc.collect() and "
+                         "also reports the blocks left and the object types counted")
     ap.add_argument("--reference-bin", type=Path, default=None,
                     help="soak the reference controller (this binary) instead of serve")
     ap.add_argument("--out", type=Path, default=None, help="work directory (plot, logs)")
@@ -717,7 +784,8 @@ def main() -> int:
                           launcher=[sys.executable, str(Path(__file__).resolve()),
                                     "--serve-child"],
                           env={SNAPSHOTS: str(snaps), STATS: str(probe.path),
-                               TRACE: "1" if a.tracemalloc else "0"})
+                               TRACE: "1" if a.tracemalloc else "0",
+                               COLLECT: "1" if a.collect else "0"})
         wait_for(serve.ready, 300, "the controller ready", interval=0.1)
         print(f"{'the reference' if a.reference_bin else 'serve'} ready with {a.releases} "
               f"HelmReleases, each with storage; driving it for {a.minutes:g} min "
