@@ -151,11 +151,13 @@ def kept(exc: E) -> E:
     the cyclic collector's rare full collections free.  One per watch that ended in an error
     grew serve's heap between them (issue 49's soak).  Messages, status and type stay."""
     seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        cur.__traceback__ = None
-        cur = cur.__cause__ or cur.__context__
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        cur = todo.pop()
+        if cur is not None and id(cur) not in seen:
+            seen.add(id(cur))
+            cur.__traceback__ = None
+            todo += (cur.__cause__, cur.__context__)  # ``raise X from Y`` inside ``except Z``
     return exc
 
 

@@ -109,3 +109,25 @@ def test_watch_lines_split_across_chunks_are_joined(client, monkeypatch):
     monkeypatch.setattr(client, "open_watch", lambda *a, **k: resp)
     assert list(client.watch_hrs("ns", None, "1")) == events
     assert resp.released
+
+
+def test_a_kept_error_drops_the_tracebacks_of_its_cause_and_its_context():
+    """``kube.kept``: an error raised ``from`` a cause while another was handled keeps none of
+    the three tracebacks (each holds a frame), and keeps its message, status and type."""
+    def refused():
+        try:
+            raise ValueError("bad chunk")
+        except ValueError as exc:
+            why = exc
+        try:
+            raise OSError("connection reset")
+        except OSError:
+            raise K.kube_error(403, "Forbidden", "leases is forbidden") from why
+
+
+    with pytest.raises(K.Forbidden) as caught:
+        refused()
+    exc = K.kept(caught.value)
+    assert exc is caught.value and exc.status == 403 and str(exc) == "leases is forbidden"
+    assert isinstance(exc.__cause__, ValueError) and isinstance(exc.__context__, OSError)
+    assert [e.__traceback__ for e in (exc, exc.__cause__, exc.__context__)] == [None] * 3

@@ -15,7 +15,7 @@ import pytest
 
 from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.report.events import Recorder
-from kubectl_flux_plunger.kube import KubeError
+from kubectl_flux_plunger.kube import KubeError, kube_error
 from kubectl_flux_plunger.core.scope import Scope
 from kubectl_flux_plunger.serve.metrics import Metrics, collector
 from kubectl_flux_plunger.serve.overlap import MESSAGE, REASON, OverlapCheck
@@ -43,7 +43,7 @@ def lease(name, selector=None, namespace=None, *, renew="2026-12-01T11:59:58.000
 
 def fresh(error: KubeError) -> KubeError:
     """A new error per refused request, as the client raises (not one instance kept here)."""
-    return KubeError(error.status, error.reason, error.message)
+    return kube_error(error.status, error.reason, error.message)
 
 
 class Store(Events):
