@@ -1,6 +1,7 @@
 """The fresh read that decides: a watch-list where a recovery may follow (its initial event
 is the read, and the recovery goes on on the same stream), else a GET; and the fall back to
-GETs for good on a server that does not serve watch-lists."""
+GETs: for good on a server that refuses watch-lists, for a while after a run of them gave no
+state."""
 
 from __future__ import annotations
 
@@ -19,8 +20,6 @@ log = logging.getLogger("kubectl_flux_plunger.executor")
 # with a GET instead (the state, or for a missing release the end-of-initial-events
 # bookmark, arrives within milliseconds: bench/read_bench.py).
 FIRST_WAIT = 5.0
-# Watch-lists that gave no state in a row before this process reads with GETs only.
-WATCH_LIST_MISSES = 3
 
 
 def read_watched(
@@ -46,7 +45,7 @@ def read_watched(
         return kube.get_hr(namespace, name), None
     try:
         read = ReleaseWatch.read(kube, namespace, name, watch_timeout(opt), FIRST_WAIT)
-        kube.watch_list_misses = 0
+        kube.watch_lists.served()
         return read
     except KubeError as exc:
         if exc.not_found and not exc.object_missing:
@@ -61,12 +60,17 @@ def read_watched(
 
 
 def _watch_list_missed(kube: Kube, why: str) -> None:
-    """A watch-list that gave no state (a stream ERROR, silence, a failing server):
-    after WATCH_LIST_MISSES in a row this process reads with GETs (a server whose
-    storage cannot serve them fails every one the same way)."""
-    kube.watch_list_misses += 1
-    if kube.watch_list_misses >= WATCH_LIST_MISSES:
-        _no_watch_lists(kube, why)
+    """A watch-list that gave no state (a stream ERROR, silence, a failing server): after
+    a run of them this process reads with GETs for a while (``kube.WatchLists``), then
+    tries a watch-list again."""
+    lists = kube.watch_lists
+    if lists.missed():
+        log.info(
+            "%d watch-lists in a row gave no state (%s): reading with GET for %.0fs",
+            lists.misses,
+            why,
+            lists.pause,
+        )
 
 
 def _no_watch_lists(kube: Kube, why: str) -> None:

@@ -53,7 +53,7 @@ from .errors import (
 )
 from .official import ClientConfiguration, kubeconfig_contexts
 from .paths import APPLY_PATCH, JSON, JSON_PATCH, MERGE_PATCH, core_path, hr_path, lease_path
-from .read import INITIAL_EVENTS_END
+from .read import INITIAL_EVENTS_END, WatchLists
 from .transport import (
     MAX_RETRY_AFTER,
     READ_RETRIES,
@@ -92,6 +92,7 @@ __all__ = [
     "TooManyRequests",
     "Unauthorized",
     "Unreachable",
+    "WatchLists",
     "context_namespace",
     "core_path",
     "default_namespace",

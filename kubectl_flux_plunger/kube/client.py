@@ -10,7 +10,7 @@ from ..core import constants as C
 from ..core.objects import Obj
 from .helmreleases import HelmReleases
 from .official import ClientConfiguration
-from .read import Reads
+from .read import Reads, WatchLists
 from .resources import Events, Leases, Secrets, Workloads
 from .transport import Transport
 
@@ -59,13 +59,9 @@ class Kube(Transport):
         self.reads.watch_list = value
 
     @property
-    def watch_list_misses(self) -> int:
-        """Watch-lists in a row that gave no state."""
-        return self.reads.watch_list_misses
-
-    @watch_list_misses.setter
-    def watch_list_misses(self, value: int) -> None:
-        self.reads.watch_list_misses = value
+    def watch_lists(self) -> WatchLists:
+        """Watch-lists in a row that gave no state, and the pause a run of them starts."""
+        return self.reads.watch_lists
 
     # -- HelmReleases ---------------------------------------------------------------------
 

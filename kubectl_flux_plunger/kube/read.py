@@ -5,6 +5,7 @@ among them, with whether this server serves one (the readers fall back to a LIST
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,6 +19,55 @@ from .transport import Transport, _one_line
 INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
+# Watch-lists in a row that gave no state (a stream that ended or failed before its
+# initial events) before this process reads without them for WATCH_LIST_PAUSE seconds.
+# Misses are passing (an apiserver restarting re-creates a CRD's storage and ends its
+# watches cleanly for some seconds): after the pause one watch-list is tried again, and
+# a miss then pauses again at once.  Only a refusal (400/422) turns them off for good.
+WATCH_LIST_MISSES = 3
+WATCH_LIST_PAUSE = 300.0
+
+
+class WatchLists:
+    """Whether to read with a watch-list: not once the server refused one (``refused``,
+    for good), nor for ``pause`` seconds after ``misses`` in a row gave no state."""
+
+    def __init__(
+        self,
+        refused: bool = False,
+        misses: int = WATCH_LIST_MISSES,
+        pause: float = WATCH_LIST_PAUSE,
+        clock: Callable[[], float] | None = None,  # time.monotonic
+    ) -> None:
+        self.refused = refused
+        self.misses = 0  # in a row, since the last watch-list that gave its state
+        self._limit, self._pause, self._clock = misses, pause, clock
+        self._paused_until = 0.0
+
+    def _now(self) -> float:
+        return self._clock() if self._clock is not None else time.monotonic()
+
+    @property
+    def usable(self) -> bool:
+        return not self.refused and self._now() >= self._paused_until
+
+    def served(self) -> None:
+        """A watch-list gave its state: the count of misses starts again."""
+        self.misses = 0
+
+    def missed(self) -> bool:
+        """A watch-list gave no state.  True when that starts a pause (the caller says so)."""
+        self.misses += 1
+        if self.misses < self._limit:
+            return False
+        self._paused_until = self._now() + self._pause
+        return True
+
+    @property
+    def pause(self) -> float:
+        return self._pause
+
+
 class Reads:
     """The reads every resource part is made of, over one :class:`Transport`; and whether
     this server serves watch-lists."""
@@ -25,24 +75,25 @@ class Reads:
     def __init__(self, transport: Transport, configuration: ClientConfiguration) -> None:
         self._transport = transport
         # the server answers watch-lists (sendInitialEvents; WatchList, on by default
-        # since Kubernetes 1.34); cleared on the first 400/422 to one.  A refusal is
-        # remembered per server for a while (servers.py): loaded here, saved on the flip.
+        # since Kubernetes 1.34); cleared for good on the first 400/422 to one, for a while
+        # after a run of misses.  A refusal is remembered per server for a while
+        # (servers.py): loaded here, saved on the flip.
         self._server_file = servers.server_file(
             str(configuration.host), servers.read_ca(getattr(configuration, "ssl_ca_cert", None))
         )
-        self._watch_list = not servers.watch_lists_refused(self._server_file)
-        self.watch_list_misses = 0  # watch-lists in a row that gave no state
+        self.watch_lists = WatchLists(refused=servers.watch_lists_refused(self._server_file))
 
     @property
     def watch_list(self) -> bool:
-        """Whether to read with a watch-list; False once this server refused one (now, or
-        in a run less than ``servers.TTL`` ago)."""
-        return self._watch_list
+        """Whether to read with a watch-list: False once this server refused one (now, or
+        in a run less than ``servers.TTL`` ago), and while a run of misses pauses them."""
+        return self.watch_lists.usable
 
     @watch_list.setter
     def watch_list(self, value: bool) -> None:
-        flipped = self._watch_list and not value
-        self._watch_list = value
+        """False: the server refused a watch-list (for good, and remembered)."""
+        flipped = not self.watch_lists.refused and not value
+        self.watch_lists.refused = not value
         if flipped:
             servers.remember_watch_lists_refused(self._server_file, str(self._transport.host))
 

@@ -13,8 +13,11 @@ decoded, so a stuck release is recovered while the rest of the stream is still a
 bookmark marks the sync done (``synced``: ``/readyz``; the held keys replaced; the queue's
 expectations up to it dropped, as after a LIST — those of the old stream went when the sync
 began).  A server that refuses the watch-list (400/422: no
-WatchList) gets the paged LIST instead, from then on (``Kube.watch_list`` is cleared), as
-does one whose watch-lists keep ending before their initial events do.
+WatchList) gets the paged LIST instead, from then on (``Kube.watch_list`` is cleared).  One
+whose watch-lists keep ending before their initial events do (an apiserver that has just
+restarted re-creates a CRD's storage, which ends its watches cleanly for some seconds) gets
+the LIST for a while (``kube.WatchLists``: a pause of minutes), and a watch-list again at the
+first sync after it — a LIST for good would cost every later sync the memory of its pages.
 
 No object cache: events (or a LIST's pages) are consumed one at a time and only keys are
 kept (the queue's, the set of fenced keys behind the ``fences_held`` gauge, and the set of
@@ -39,7 +42,7 @@ from ..core import plan
 from ..core.detect import is_fenced, is_stuck, is_terminating, parse_timestamp
 from ..core.objects import Obj
 from ..core.scope import Scope
-from ..kube import INITIAL_EVENTS_END, KubeError
+from ..kube import INITIAL_EVENTS_END, KubeError, WatchLists
 from .logs import fields
 
 if TYPE_CHECKING:
@@ -54,9 +57,6 @@ WATCH_SECONDS = 300  # server-side timeout of one watch request
 # requests.
 PAGE_SIZE = 100
 BACKOFF_BASE, BACKOFF_CAP = 0.5, 30.0
-# Watch-lists in a row that ended before their initial events did (no error, no end
-# bookmark): after this many the server is taken not to serve them, and the LIST is used.
-WATCH_LIST_MISSES = 3
 
 
 def key_of(hr: Obj) -> str:
@@ -70,9 +70,13 @@ class Expired(Exception):
 
 class Source(Protocol):
     """What the watcher syncs and watches through (``kube.Kube``).  ``watch_list``: the
-    server serves watch-lists (the watcher clears it when the server refuses one)."""
+    server serves watch-lists (the watcher clears it when the server refuses one);
+    ``watch_lists``: the misses in a row, and the pause a run of them starts."""
 
     watch_list: bool
+
+    @property
+    def watch_lists(self) -> WatchLists: ...
 
     def iter_hr_pages(
         self, namespace: str | None, label_selector: str | None, limit: int
@@ -175,7 +179,6 @@ class Watcher:
         self._resume: str | None = None
         self._resync_at = 0.0
         self._failures = 0
-        self._misses = 0  # watch-lists in a row that ended before their initial events
 
     def fences_held(self) -> int:
         with self._lock:
@@ -274,8 +277,9 @@ class Watcher:
         """One watch-list: the sync from its initial events (each queued as it is decoded),
         done at the initial-events-end bookmark, then the watch on the same stream until
         the server ends it.  ``_resume`` stays None when the stream ended before the
-        bookmark.  Raises Expired/KubeError; a refusal (400/422: no WatchList on this
-        server) clears ``kube.watch_list`` instead, so the LIST is used."""
+        bookmark, and a run of such ends pauses watch-lists (``kube.watch_list`` is False
+        for a while: the LIST is used).  Raises Expired/KubeError; a refusal (400/422: no
+        WatchList on this server) clears ``kube.watch_list`` for good instead."""
         sync: _Sync | None = _Sync()
         seconds = max(1, min(self.watch_seconds, int(self.resync_period + 0.999)))
         expired = None
@@ -295,7 +299,7 @@ class Watcher:
                     sync.take(event.get("object") or {}, self.queue)
                 elif kind == "BOOKMARK" and _initial_events_end(event):
                     md = (event.get("object") or {}).get("metadata") or {}
-                    self._misses = 0
+                    self.kube.watch_lists.served()
                     self._synced(sync, md.get("resourceVersion") or "", reason, "watch-list")
                     sync = None
                 # any other bookmark before the end moves nothing: the sync is not done
@@ -309,10 +313,13 @@ class Watcher:
         if sync is None:
             self._resume = self.resource_version  # the watch resumes after its last event
             return
-        self._misses += 1  # ended cleanly without the bookmark
-        if self._misses >= WATCH_LIST_MISSES:
-            self._no_watch_lists(
-                f"{self._misses} watch-lists in a row ended before their initial events"
+        lists = self.kube.watch_lists  # ended cleanly without the bookmark
+        if lists.missed():
+            log.info(
+                "%d watch-lists in a row ended before their initial events: listing "
+                "HelmReleases instead for %.0fs",
+                lists.misses,
+                lists.pause,
             )
 
     def _no_watch_lists(self, why: str) -> None:

@@ -7,7 +7,7 @@ import threading
 import pytest
 
 from kubectl_flux_plunger.core import constants as C
-from kubectl_flux_plunger.kube import KubeError
+from kubectl_flux_plunger.kube import KubeError, WatchLists
 from kubectl_flux_plunger.core.scope import Scope
 from kubectl_flux_plunger.serve.metrics import Metrics
 from kubectl_flux_plunger.serve.queue import WorkQueue
@@ -45,6 +45,7 @@ class _StaleWatch:
         self._kube = kube
         self._on_first_watch = on_first_watch
         self.watch_list = watch_list
+        self.watch_lists = WatchLists()
         self.requests: list[str] = []
 
     def iter_hr_pages(self, *args, **kwargs):

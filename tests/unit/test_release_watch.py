@@ -11,7 +11,8 @@ import pytest
 
 from kubectl_flux_plunger.executor import Executor, Options
 from kubectl_flux_plunger.executor.handshake import InitialStateUnknown, ReleaseWatch
-from kubectl_flux_plunger.kube import INITIAL_EVENTS_END, Unreachable, kube_error
+from kubectl_flux_plunger.kube import INITIAL_EVENTS_END, Unreachable, WatchLists, kube_error
+from kubectl_flux_plunger.kube.read import WATCH_LIST_PAUSE
 
 NS, NAME = "apps", "demo"
 
@@ -44,11 +45,19 @@ class FakeKube:
     def __init__(self, script: list[dict] | Exception, hr: dict | None = None):
         self.script = script
         self.hr = hr
-        self.watch_list = True
-        self.watch_list_misses = 0
+        self.watch_lists = WatchLists(clock=lambda: self.now)
+        self.now = 0.0
         self.watches: list[dict] = []
         self.gets = 0
         self.resps: list[_Resp] = []
+
+    @property
+    def watch_list(self) -> bool:
+        return self.watch_lists.usable
+
+    @watch_list.setter
+    def watch_list(self, value: bool) -> None:
+        self.watch_lists.refused = not value
 
     def watch_hrs(self, namespace, label_selector, resource_version, *, timeout_seconds,
                   field_selector=None, opened=None, send_initial_events=False):
@@ -153,7 +162,9 @@ def test_read_watched_reads_with_a_get_when_the_watch_list_gives_no_state(script
     assert kube.watch_list is True  # a passing failure: the next read tries again
 
 
-def test_watch_lists_that_keep_giving_no_state_are_given_up(monkeypatch):
+def test_watch_lists_that_keep_giving_no_state_pause_them_and_one_is_tried_after(monkeypatch):
+    """A run of misses (an apiserver restarting ends its watches) is GETs for a while, not
+    for good: after the pause one watch-list is tried, and a miss then pauses them again."""
     monkeypatch.setattr("kubectl_flux_plunger.executor.read.FIRST_WAIT", 0.05)
     kube = FakeKube([{"type": "ERROR", "object": {"kind": "Status", "code": 500}}], hr=_hr("4"))
     ex = _executor(kube)
@@ -161,16 +172,25 @@ def test_watch_lists_that_keep_giving_no_state_are_given_up(monkeypatch):
         assert ex.read_watched(NS, NAME) == (_hr("4"), None)
     assert kube.watch_list is False and len(kube.watches) == 3
     ex.read_watched(NS, NAME)
-    assert len(kube.watches) == 3 and kube.gets == 4       # GETs only from now on
+    assert len(kube.watches) == 3 and kube.gets == 4       # GETs during the pause
+    assert kube.watch_lists.refused is False               # nothing remembered for good
+    kube.now = WATCH_LIST_PAUSE - 1
+    ex.read_watched(NS, NAME)
+    assert len(kube.watches) == 3                          # still paused
+    kube.now = WATCH_LIST_PAUSE
+    ex.read_watched(NS, NAME)
+    assert len(kube.watches) == 4 and kube.gets == 6       # tried once, missed: paused again
+    ex.read_watched(NS, NAME)
+    assert len(kube.watches) == 4 and kube.gets == 7
 
 
 def test_a_watch_list_that_works_again_resets_the_count(monkeypatch):
     kube = FakeKube([{"type": "ADDED", "object": _hr("5")}], hr=_hr("4"))
-    kube.watch_list_misses = 2
+    kube.watch_lists.misses = 2
     hr, watch = _executor(kube).read_watched(NS, NAME)
     assert watch is not None
     watch.close()
-    assert hr == _hr("5") and kube.watch_list_misses == 0 and kube.watch_list is True
+    assert hr == _hr("5") and kube.watch_lists.misses == 0 and kube.watch_list is True
 
 
 def test_read_watched_says_the_api_is_missing_like_the_get_would():

@@ -14,7 +14,8 @@ import json
 import pytest
 
 from kubectl_flux_plunger.core import constants as C
-from kubectl_flux_plunger.kube import KubeError
+from kubectl_flux_plunger.kube import KubeError, WatchLists
+from kubectl_flux_plunger.kube.read import WATCH_LIST_PAUSE
 from kubectl_flux_plunger.core.scope import Scope
 from kubectl_flux_plunger.serve.metrics import Metrics
 from kubectl_flux_plunger.serve.queue import WorkQueue
@@ -341,7 +342,18 @@ class WatchListScript(Script):
     stream is called when the watcher asks for the event after it (a probe of what the
     watcher did with the events before)."""
 
-    watch_list = True
+    def __init__(self, stop: Stop, lists: list, watches: list,
+                 clock=lambda: 0.0) -> None:
+        super().__init__(stop, lists, watches)
+        self.watch_lists = WatchLists(clock=clock)
+
+    @property
+    def watch_list(self) -> bool:  # type: ignore[override]
+        return self.watch_lists.usable
+
+    @watch_list.setter
+    def watch_list(self, value: bool) -> None:
+        self.watch_lists.refused = not value
 
     def watch_hrs(self, namespace, selector, rv, timeout_seconds=300, *,
                   send_initial_events=False):
@@ -516,6 +528,37 @@ def test_watch_lists_that_keep_ending_before_their_bookmark_give_way_to_the_list
                                 ("LIST",), ("WATCH", "10")]
     assert stop.waits == [BACKOFF_BASE, 2 * BACKOFF_BASE]   # between the three
     assert script.watch_list is False and w.synced.is_set()
+    assert script.watch_lists.refused is False              # a pause, not for good
+
+
+def test_after_the_pause_the_next_sync_is_a_watch_list_again():
+    """The run of misses an apiserver restart causes is not the server's nature: once the
+    pause is over, the next sync is a watch-list (and a LIST at once if that one misses
+    too, without the three tries)."""
+    now = [0.0]
+    plain = bookmark("7")
+    missed = [event("ADDED", release("a", "5")), plain]
+    expired = [KubeError(410, "Expired", "too old resource version")]
+
+    def pause_over():
+        now[0] += WATCH_LIST_PAUSE
+
+    stop = Stop()
+    script = WatchListScript(stop, [[([], "10")], [([], "30")]], [
+        missed, missed, missed,                       # the restart: three misses, a LIST
+        [pause_over, *expired],                       # its watch: a 410 after the pause
+        missed,                                       # one miss pauses again: a LIST
+        [pause_over, *expired],
+        [event("ADDED", release("b", "20", stuck=True)), end_bookmark("40")],
+    ], clock=lambda: now[0])
+    queue = WorkQueue()
+    Watcher(script, queue, Scope(), resync_period=3600).run(stop)  # type: ignore[arg-type]
+    assert script.calls == [("WATCH-LIST",)] * 3 + [("LIST",), ("WATCH", "10"),
+                                                    ("WATCH-LIST",), ("LIST",), ("WATCH", "30"),
+                                                    ("WATCH-LIST",), ("WATCH", "40")]
+    assert stop.waits == [BACKOFF_BASE, 2 * BACKOFF_BASE]   # only between the first three
+    assert queued(queue) == ["apps/b"]
+    assert script.watch_list is True and script.watch_lists.misses == 0
 
 
 def test_the_periodic_resync_is_a_new_watch_list():

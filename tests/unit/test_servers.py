@@ -10,6 +10,7 @@ import pytest
 
 from kubectl_flux_plunger import kube as K
 from kubectl_flux_plunger.kube import servers
+from kubectl_flux_plunger.kube.read import WATCH_LIST_PAUSE
 
 pytestmark = pytest.mark.unit
 
@@ -126,3 +127,23 @@ def test_kube_with_a_read_only_cache_still_falls_back(tmp_path, monkeypatch):
     k.watch_list = False
     assert k.watch_list is False                               # this run reads with GETs
     assert K.Kube.from_kubeconfig(_kubeconfig(tmp_path)).watch_list is True
+
+
+def test_a_run_of_misses_pauses_watch_lists_and_is_not_remembered(tmp_path, monkeypatch):
+    """Misses are passing (an apiserver restarting): the pause is this process's, for
+    ``WATCH_LIST_PAUSE`` seconds; nothing is written for the next run."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    now = [100.0]
+    monkeypatch.setattr("kubectl_flux_plunger.kube.read.time.monotonic", lambda: now[0])
+    kc = _kubeconfig(tmp_path)
+    k = K.Kube.from_kubeconfig(kc)
+    assert [k.watch_lists.missed() for _ in range(3)] == [False, False, True]
+    assert k.watch_list is False
+    assert not (tmp_path / "cache" / "kubectl-flux-plunger" / "servers").exists()
+    assert K.Kube.from_kubeconfig(kc).watch_list is True       # the next run: not paused
+    now[0] += WATCH_LIST_PAUSE - 0.5
+    assert k.watch_list is False
+    now[0] += 0.5
+    assert k.watch_list is True                                 # one is tried again
+    k.watch_lists.served()
+    assert [k.watch_lists.missed() for _ in range(3)] == [False, False, True]
