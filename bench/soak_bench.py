@@ -643,6 +643,20 @@ def windows(samples: list[dict], warmup_s: float, window_s: float) -> tuple[list
     return first, last
 
 
+def syncs_by_way(log: str) -> str:
+    """How serve's syncs were made, in order: ``reason/via`` of each "listed HelmReleases"
+    line of its log (a watch-list, or the paged LIST it falls back to)."""
+    ways = re.findall(r"listed HelmReleases reason=(\S+) via=(\S+)", log)
+    runs: list[list] = []
+    for way in (f"{r}/{v}" for r, v in ways):
+        if runs and runs[-1][0] == way:
+            runs[-1][1] += 1
+        else:
+            runs.append([way, 1])
+    return "  serve's syncs in order: " + ", ".join(
+        f"{way} x{n}" if n > 1 else way for way, n in runs)
+
+
 def summary(samples: list[dict], driver: Driver, a: argparse.Namespace) -> list[str]:
     warm = a.warmup * 60
     first, last = windows(samples, warm, a.window * 60)
@@ -805,6 +819,8 @@ def main() -> int:
         print()
         for line in summary(samples, driver, a):
             print(line)
+        if a.reference_bin is None:
+            print(syncs_by_way(serve.log.read_text()))
         print(plot(samples, driver, a.warmup, work / "soak.png"))
         found = sorted(snaps.glob("snap-*.tracemalloc"), key=lambda p: int(p.stem[5:]))
         if len(found) >= 2:
