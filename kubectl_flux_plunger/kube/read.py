@@ -21,8 +21,8 @@ INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 # Watch-lists in a row that gave no state (a stream that ended or failed before its
 # initial events) before this process reads without them for WATCH_LIST_PAUSE seconds.
-# Misses are passing (an apiserver restarting re-creates a CRD's storage and ends its
-# watches cleanly for some seconds): after the pause one watch-list is tried again, and
+# Misses are passing (in the soak, right after an apiserver restart, watch-lists ended
+# cleanly before their initial events for some seconds): after the pause one is tried, and
 # a miss then pauses again at once.  Only a refusal (400/422) turns them off for good.
 WATCH_LIST_MISSES = 3
 WATCH_LIST_PAUSE = 300.0
@@ -41,7 +41,8 @@ class WatchLists:
     ) -> None:
         self.refused = refused
         self.misses = 0  # in a row, since the last watch-list that gave its state
-        self._limit, self._pause, self._clock = misses, pause, clock
+        self.pause = pause  # seconds
+        self._limit, self._clock = misses, clock
         self._paused_until = 0.0
 
     def _now(self) -> float:
@@ -60,12 +61,8 @@ class WatchLists:
         self.misses += 1
         if self.misses < self._limit:
             return False
-        self._paused_until = self._now() + self._pause
+        self._paused_until = self._now() + self.pause
         return True
-
-    @property
-    def pause(self) -> float:
-        return self._pause
 
 
 class Reads:

@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from typing import Any, Iterable
 
 from kubectl_flux_plunger.core import constants
+from kubectl_flux_plunger.kube import WatchLists
 
 CREATED = "2026-11-29T19:00:00Z"
 NOW = datetime(2026, 11, 29, 20, 0, 0, tzinfo=timezone.utc)
@@ -142,3 +143,18 @@ def hr(
 
 OURS = (constants.FIELD_MANAGER, "Apply", True)
 CLIENT_SIDE = (constants.CLIENT_SIDE_MANAGER, "Update", True)
+
+
+class WatchListOf:
+    """A fake kube's ``watch_list`` as ``Kube`` derives it from its ``watch_lists``:
+    usable unless refused or paused; set False, refused."""
+
+    watch_lists: WatchLists
+
+    @property
+    def watch_list(self) -> bool:
+        return self.watch_lists.usable
+
+    @watch_list.setter
+    def watch_list(self, value: bool) -> None:
+        self.watch_lists.refused = not value

@@ -14,6 +14,8 @@ from kubectl_flux_plunger.executor.handshake import InitialStateUnknown, Release
 from kubectl_flux_plunger.kube import INITIAL_EVENTS_END, Unreachable, WatchLists, kube_error
 from kubectl_flux_plunger.kube.read import WATCH_LIST_PAUSE
 
+from .builders import WatchListOf
+
 NS, NAME = "apps", "demo"
 
 
@@ -35,7 +37,7 @@ class _Resp:
         self.closed.set()
 
 
-class FakeKube:
+class FakeKube(WatchListOf):
     """Serves watch_hrs from a script: a list of events (then the stream stays open until
     closed) or an exception raised when the watch is opened; counts GETs."""
 
@@ -50,14 +52,6 @@ class FakeKube:
         self.watches: list[dict] = []
         self.gets = 0
         self.resps: list[_Resp] = []
-
-    @property
-    def watch_list(self) -> bool:
-        return self.watch_lists.usable
-
-    @watch_list.setter
-    def watch_list(self, value: bool) -> None:
-        self.watch_lists.refused = not value
 
     def watch_hrs(self, namespace, label_selector, resource_version, *, timeout_seconds,
                   field_selector=None, opened=None, send_initial_events=False):

@@ -21,7 +21,7 @@ from kubectl_flux_plunger.serve.metrics import Metrics
 from kubectl_flux_plunger.serve.queue import WorkQueue
 from kubectl_flux_plunger.serve.watch import BACKOFF_BASE, Watcher
 
-from .builders import OURS, hr, ready_condition, stuck_condition
+from .builders import OURS, WatchListOf, hr, ready_condition, stuck_condition
 
 pytestmark = pytest.mark.unit
 
@@ -336,7 +336,7 @@ def end_bookmark(rv: str) -> dict:
         "resourceVersion": rv, "annotations": {"k8s.io/initial-events-end": "true"}}})
 
 
-class WatchListScript(Script):
+class WatchListScript(WatchListOf, Script):
     """A server with watch-lists: a watch request with ``send_initial_events`` is logged as
     ("WATCH-LIST",) and replays the next scripted stream like any watch; a callable in a
     stream is called when the watcher asks for the event after it (a probe of what the
@@ -346,14 +346,6 @@ class WatchListScript(Script):
                  clock=lambda: 0.0) -> None:
         super().__init__(stop, lists, watches)
         self.watch_lists = WatchLists(clock=clock)
-
-    @property
-    def watch_list(self) -> bool:  # type: ignore[override]
-        return self.watch_lists.usable
-
-    @watch_list.setter
-    def watch_list(self, value: bool) -> None:
-        self.watch_lists.refused = not value
 
     def watch_hrs(self, namespace, selector, rv, timeout_seconds=300, *,
                   send_initial_events=False):
