@@ -14,8 +14,8 @@ bookmark marks the sync done (``synced``: ``/readyz``; the held keys replaced; t
 expectations up to it dropped, as after a LIST — those of the old stream went when the sync
 began).  A server that refuses the watch-list (400/422: no
 WatchList) gets the paged LIST instead, from then on (``Kube.watch_list`` is cleared).  One
-whose watch-lists keep ending before their initial events do (an apiserver that has just
-restarted re-creates a CRD's storage, which ends its watches cleanly for some seconds) gets
+whose watch-lists keep ending before their initial events do (as they did for some seconds
+after an apiserver restart in the soak, issue 49) gets
 the LIST for a while (``kube.WatchLists``: a pause of minutes), and a watch-list again at the
 first sync after it — a LIST for good would cost every later sync the memory of its pages.
 
