@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '1c7a1309'
+FINGERPRINT = 'fe418563'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -373,6 +373,30 @@ def events_addr_option(f: F) -> F:
     )(f)
 
 
+DEFAULT_SERVICE_ACCOUNT_HELP = (
+    "The --default-service-account helm-controller runs with (Flux's multi-tenancy "
+    "lockdown): the identity it acts as for a HelmRelease without spec.serviceAccountName. "
+    "flux-plunger deletes a Helm storage Secret only when that identity (or "
+    "spec.serviceAccountName) may delete it, asked with a SubjectAccessReview."
+)
+
+
+def _no_blank(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("must not be empty", ctx=ctx, param=param)
+    return value
+
+
+def default_service_account_option(f: F) -> F:
+    """--default-service-account: helm-controller's own flag of that name, mirrored."""
+    return click.option(
+        "--default-service-account",
+        metavar="NAME",
+        callback=_no_blank,
+        help=DEFAULT_SERVICE_ACCOUNT_HELP + "  [default: none]",
+    )(f)
+
+
 # -- completion of flag values and names (cobra __complete and kubectl's helper) --------
 
 COMPLETION_TIMEOUT = 2.0  # seconds per API request while completing

@@ -9,6 +9,7 @@ from .examples import Command
 from .options import (
     concurrency_option,
     connection_options,
+    default_service_account_option,
     dry_run_option,
     duration_option,
     events_addr_option,
@@ -45,6 +46,7 @@ from .target import Target, pass_target
     help="Write each Secret to DIR (mode 0600) before deleting it; if the write fails "
     "nothing is deleted. Undo with `restore FILE`.",
 )
+@default_service_account_option
 @lease_options
 @events_addr_option
 @api_errors
@@ -56,6 +58,7 @@ def recover(
     concurrency: int,
     handshake_timeout: float,
     backup_dir: str | None,
+    default_service_account: str | None,
     lease_namespace: str | None,
     force: bool,
     lease_name: str | None,
@@ -72,5 +75,6 @@ def recover(
         handshake_timeout,
         backup_dir,
         LeaseFlags(lease_namespace, lease_name, force),
+        default_service_account=default_service_account,
     )
     run_table("recover", target, once, output, events_addr)

@@ -240,6 +240,8 @@ def status_item(r: Any) -> dict[str, Any]:
         },
         "message": _null(r.note),
         "controller": _null(getattr(r, "controller", "")),
+        # claimed-twice: the other HelmReleases naming the same Helm release (namespace/name)
+        **({"claimants": list(r.claimants)} if getattr(r, "claimants", None) else {}),
         # while recovering: {"since": RFC 3339, "by": "controller ID" | "a one-shot run"}
         **({"hold": r.hold} if getattr(r, "hold", None) else {}),
     }

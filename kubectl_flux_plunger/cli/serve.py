@@ -11,6 +11,7 @@ from .options import (
     check_selector,
     concurrency_option,
     connection_options,
+    default_service_account_option,
     duration_option,
     overrides,
 )
@@ -124,6 +125,7 @@ from .session import Exit, fail
     default="168h",
     help="Prune backup Secrets older than this when a new one is written.",
 )
+@default_service_account_option
 @click.option(
     "--events-addr",
     metavar="URL",
@@ -177,6 +179,7 @@ def serve(
     scope_overlap_check_interval: float,
     backup_secret_namespace: str | None,
     backup_retention: float,
+    default_service_account: str | None,
     events_addr: str,
     metrics_bind_address: str,
     health_probe_bind_address: str,
@@ -214,6 +217,7 @@ def serve(
             overlap_check=scope_overlap_check_interval,
             backup_namespace=backup_secret_namespace,
             backup_retention=backup_retention,
+            default_service_account=default_service_account,
             events_addr=events_addr or None,
             metrics_bind_address=metrics_bind_address,
             health_probe_bind_address=health_probe_bind_address,

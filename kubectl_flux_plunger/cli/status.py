@@ -9,7 +9,13 @@ import click
 
 from .errors import Exit, api_errors, warn
 from .examples import Command
-from .options import connection_options, lease_name_option, output_option, selection_options
+from .options import (
+    connection_options,
+    default_service_account_option,
+    lease_name_option,
+    output_option,
+    selection_options,
+)
 from .session import Session
 from .target import Target, pass_target
 
@@ -33,6 +39,7 @@ from .target import Target, pass_target
     "[default: the pod's namespace in a cluster, else flux-plunger].",
 )
 @lease_name_option
+@default_service_account_option
 @api_errors
 @pass_target
 def status(
@@ -42,6 +49,7 @@ def status(
     watch: bool,
     lease_namespace: str | None,
     lease_name: str | None,
+    default_service_account: str | None,
 ) -> None:
     """Show every HelmRelease flux-plunger would act on or has touched (read-only).
 
@@ -69,9 +77,12 @@ def status(
         raise click.UsageError("--lease-namespace must not be empty")
     found = verb.controllers(s.kube, lease_namespace, lease_name, (s.selection.namespace,))
     leases = list(found.leases)
-    rep = verb.report(s.kube, s.selection, leases=leases)
+    held = verb.judge(s.kube, default_service_account)
+    rep = verb.report(s.kube, s.selection, leases=leases, held=held)
     for line in found.warnings:
         warn(line)
+    if getattr(held.claimants, "warning", ""):
+        warn(held.claimants.warning)  # type: ignore[union-attr]
     if output in ("table", "wide") and rep.rows:
         now = dt.datetime.now(dt.timezone.utc)
         for i, lease in enumerate(leases):

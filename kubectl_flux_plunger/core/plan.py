@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 
-from . import constants, storage
+from . import claims, constants, storage
 from .detect import (
     Face,
     already_processed,
@@ -315,6 +315,10 @@ class Stuck(str, enum.Enum):
     DUPLICATE_REVISION = "duplicate-revision"
     VERSION_MISMATCH = "version-mismatch"
     UNEXPECTED_STATUS = "unexpected-status"
+    # SPEC §6 "Holding a release" (issue 55): another HelmRelease names the same Helm
+    # release, or the tenant identity helm-controller acts as may not delete its storage
+    CLAIMED_TWICE = "claimed-twice"
+    OUTSIDE_AUTHORITY = "outside-authority"
 
     def __str__(self) -> str:
         return self.value
@@ -361,6 +365,21 @@ RECOVERY_SKIPPED = {
         "RecoverySkipped",
         WARNING,
         _SKIPPED + "the newest Helm storage revision has a status flux-plunger never deletes",
+    ),
+    Stuck.CLAIMED_TWICE: EventSpec(
+        "RecoverySkipped",
+        WARNING,
+        _SKIPPED + "another HelmRelease names the same Helm release (release name, storage "
+        "namespace, cluster); flux-plunger holds a release only when it holds every "
+        "HelmRelease that claims it, so it writes nothing while two do",
+    ),
+    Stuck.OUTSIDE_AUTHORITY: EventSpec(
+        "RecoverySkipped",
+        WARNING,
+        _SKIPPED + "the ServiceAccount helm-controller acts as for this HelmRelease "
+        "(spec.serviceAccountName, or its --default-service-account) may not delete Helm "
+        "storage Secrets in the storage namespace, and flux-plunger acts with no more "
+        "authority than helm-controller has",
     ),
 }
 
@@ -427,7 +446,31 @@ def choose(hr: Obj, secrets: list[Obj]) -> storage.Choice:
     return storage.choose_revision(hr, secrets, reported)
 
 
-def storage_verdict(hr: Obj, secrets: list[Obj]) -> StorageVerdict:
+def storage_verdict(
+    hr: Obj, secrets: list[Obj], holding: claims.Holding | None = None
+) -> StorageVerdict:
+    """The storage half of the live-stuck row on ``hr`` and its listed ``secrets``, held
+    against ``holding`` (other claimants first: with two, nothing is judged further)."""
+    verdict = _storage_verdict(hr, secrets)
+    holding = holding or claims.Holding()
+    if verdict.verdict is Verdict.AWAITING_RETRY:
+        return verdict
+    if holding.others:
+        detail = claims.claimed_twice_detail(hr, holding.others)
+        return StorageVerdict(
+            Verdict.SKIPPED, detail, verdict.choice, left_stuck(hr, Stuck.CLAIMED_TWICE)
+        )
+    if verdict.verdict is Verdict.RECOVER and holding.refused:
+        return StorageVerdict(
+            Verdict.SKIPPED,
+            f"outside authority: {holding.refused}",
+            verdict.choice,
+            left_stuck(hr, Stuck.OUTSIDE_AUTHORITY),
+        )
+    return verdict
+
+
+def _storage_verdict(hr: Obj, secrets: list[Obj]) -> StorageVerdict:
     choice = choose(hr, secrets)
     newest = choice.revision.number if choice.revision is not None else None
     # first: did we just recover it? (its newest revision is then one helm-controller

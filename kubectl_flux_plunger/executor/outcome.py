@@ -8,6 +8,7 @@ import datetime as dt
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from ..core import constants as C
 from ..core import plan
@@ -157,6 +158,29 @@ class Report:
         return self.end(failed(f"{before.detail or ''}{joint}{cleanup}"))
 
 
+class Claimants(Protocol):
+    """Who else claims the Helm release a HelmRelease claims (SPEC §6, "Holding a
+    release"): the one-shot verbs list the HelmReleases of the cluster
+    (``kube.claimants.ListedClaimants``), serve reads its watch's index."""
+
+    def others(self, hr: Obj, *, after: str | None = None) -> tuple[str, ...]:
+        """The keys (``namespace/name``) of the other HelmReleases claiming a release
+        ``hr`` claims.  ``after``: a resourceVersion of a HelmRelease the answer must
+        reflect (the last write before the delete); None: a recent answer will do.
+        Raises ``KubeError`` when it cannot tell."""
+        ...
+
+
+class Authority(Protocol):
+    """Whether the identity helm-controller acts as for a HelmRelease may delete its Helm
+    storage (``kube.authority.TenantAuthority``: a SubjectAccessReview)."""
+
+    def refusal(self, hr: Obj) -> str:
+        """Why that identity may not delete ``hr``'s storage Secrets; "" when it may, or
+        when helm-controller acts as itself.  Raises ``KubeError`` when it cannot tell."""
+        ...
+
+
 @dataclass
 class Options:
     dry_run_client: bool = False
@@ -175,6 +199,10 @@ class Options:
     # none does).  A release a decision would write to is then left to that controller:
     # every flux-plunger writes as the same field manager (SPEC §2)
     covered: Callable[[Obj], Covered | None] | None = None
+    # who else claims a release (None: nobody is asked — tests of one release alone) and
+    # what the tenant identity may do (None: no tenant identity is checked)
+    claimants: Claimants | None = None
+    authority: Authority | None = None
 
 
 @dataclass(frozen=True)

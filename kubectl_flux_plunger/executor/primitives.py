@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..core import detect, ownership, plan, storage, writes
+from ..core import claims, detect, ownership, plan, storage, writes
 from ..core.objects import Obj
 from ..kube import JSON, Conflict, Kube, KubeError, core_path
 from ..kube.remote import Remotes, storage_cluster
@@ -30,6 +30,25 @@ def list_storage(store: Kube, hr: Obj) -> list[Obj]:
     them (one LIST): the executor's and ``status``'s one read of a release's storage."""
     ns, release = storage.storage_namespace(hr), storage.release_name(hr)
     return store.list_secrets(ns, storage.label_selector(release))
+
+
+def held_verdict(
+    hr: Obj,
+    secrets: list[Obj],
+    options: Options,
+    after: str | None = None,
+) -> tuple[plan.StorageVerdict, claims.Holding]:
+    """``plan.storage_verdict`` held against every other claimant of the release and, where
+    the verdict is to recover, the tenant identity's authority (SPEC §6, "Holding a
+    release"): the executor's and ``status``'s one judgement.  ``after``: see
+    ``Claimants.others``.  Raises KubeError when either cannot be told."""
+    others = options.claimants.others(hr, after=after) if options.claimants else ()
+    holding = claims.Holding(others)
+    verdict = plan.storage_verdict(hr, secrets, holding)
+    if verdict.verdict is not plan.Verdict.RECOVER or options.authority is None:
+        return verdict, holding
+    holding = claims.Holding(others, options.authority.refusal(hr))
+    return plan.storage_verdict(hr, secrets, holding), holding
 
 
 class Primitives:

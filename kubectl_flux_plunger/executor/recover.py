@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..core import detect, ownership, plan, storage
+from ..core import claims, detect, ownership, plan, storage
 from ..core.objects import Obj
 from ..kube import Kube, KubeError
 from ..kube.remote import RemoteError, Unsupported
@@ -31,11 +31,16 @@ from .outcome import (
     failed,
     leftover_hint,
 )
-from .primitives import Primitives
+from .primitives import Primitives, held_verdict
 from .steps import ACQUIRE, DELETE, RECORD, RELINQUISH, drop_fence_not_ours, step_args
 
 # how long a 409 waits for the stream to carry the newer state before a GET
 REREAD_WAIT = 2.0
+
+RETARGETED_DETAIL = (
+    "the release's name, target namespace, storage namespace or kubeconfig changed while it "
+    "was held (helm-controller acts on the old target first); storage left intact"
+)
 
 
 class Recover:
@@ -79,13 +84,23 @@ class Recover:
                     f"cannot list Helm storage in namespace {storage.storage_namespace(hr)}: {exc}"
                 )
             )
-        verdict = plan.storage_verdict(hr, secrets)
+        try:
+            verdict = self._verdict(hr, secrets)
+        except KubeError as exc:
+            return None, Report(failed(f"cannot tell who else holds the release: {exc}"))
         choice = verdict.choice
         report = Report(revision=choice.revision.number if choice.revision is not None else None)
         if verdict.verdict is not plan.Verdict.RECOVER:
             ending = Ending(Result(verdict.verdict.value), verdict.detail, stuck=verdict.stuck)
             return None, report.end(ending)
         return choice, report
+
+    def _verdict(
+        self, hr: Obj, secrets: list[Obj], after: str | None = None
+    ) -> plan.StorageVerdict:
+        """The storage verdict held against the other claimants and the tenant's
+        authority (``primitives.held_verdict``)."""
+        return held_verdict(hr, secrets, self.opt, after)[0]
 
     def run(self, hr: Obj, watch: ReleaseWatch | None = None) -> Report:
         """The recovery sequence on ``hr``, the fresh read that decided; ``watch`` is the
@@ -163,6 +178,8 @@ class Recover:
         try:
             current, report = self._holding(held, rev.number, report, watch)
             if current is not None and report.ending is None:
+                choice, report = self._decide_again(hr, current, choice, report)
+            if current is not None and report.ending is None:
                 report = self._delete_judged(current, choice, report)
         except KubeError as exc:
             report = report.end(failed(f"recovery interrupted: {exc}"))
@@ -215,6 +232,44 @@ class Recover:
         ):
             return current, report.end(deferred(TAKEN_DETAIL))
         return current, report
+
+    def _decide_again(
+        self, decided: Obj, current: Obj, choice: storage.Choice, report: Report
+    ) -> tuple[storage.Choice, Report]:
+        """The decision that leads to the DELETE, made again on the last read (SPEC §6):
+        ``current``, the answer of the record, against ``decided``, the read the recovery
+        started on.  The same target (release name, target and storage namespaces,
+        kubeconfig), the same face, no other claimant — as the claimants stand once they
+        reflect ``current`` — and a fresh storage LIST whose newest revision is the one
+        judged.  Returns the choice to delete (its Secret's newest resourceVersion), or
+        the report ended with why nothing is deleted."""
+        if self.kube.dry_run:
+            return choice, report  # nothing was held: the first decision is the plan
+        if claims.target_of(current) != claims.target_of(decided):
+            return choice, report.end(deferred(RETARGETED_DETAIL))
+        if detect.stuck_face(current) is not detect.stuck_face(decided):
+            return choice, report.end(
+                deferred(
+                    "helm-controller no longer shows the release stuck the way it did when "
+                    "the recovery started (it finished an action meanwhile); storage left intact"
+                )
+            )
+        rv = (current.get("metadata") or {}).get("resourceVersion")
+        verdict = self._verdict(current, self.prims.list_storage(current), after=rv or None)
+        redo, rev = verdict.choice, choice.revision
+        same = (
+            verdict.verdict is plan.Verdict.RECOVER
+            and redo.revision is not None
+            and rev is not None
+            and (redo.revision.number, redo.revision.uid) == (rev.number, rev.uid)
+        )
+        if same:
+            return redo, report
+        if verdict.verdict is plan.Verdict.SKIPPED and verdict.stuck is not None:
+            return choice, report.end(Ending(Result.SKIPPED, verdict.detail, stuck=verdict.stuck))
+        return choice, report.end(
+            deferred(f"decided again before the delete, nothing deleted: {verdict.detail}")
+        )
 
     def _delete_judged(self, current: Obj, choice: storage.Choice, report: Report) -> Report:
         """DELETE the judged revision.  A 409 (the Secret was rewritten in place since the

@@ -12,8 +12,9 @@ helm-controller v1.6 (``internal/controller/helmrelease_controller.go``
   data, token and basic-auth credentials are kept (``insecure-skip-tls-verify`` and ``exec`` are
   dropped unless helm-controller runs with ``--insecure-kubeconfig-tls`` / ``-exec``, which
   flux-plunger does not follow; auth-provider plugins are always dropped);
-* ``spec.serviceAccountName`` is impersonated in that cluster as
-  ``system:serviceaccount:<HelmRelease namespace>:<name>``.
+* ``spec.serviceAccountName`` — else helm-controller's ``--default-service-account``, which
+  ``serve``/``recover`` take as ``--default-service-account`` too — is impersonated in that
+  cluster as ``system:serviceaccount:<HelmRelease namespace>:<name>``.
 
 Not supported, reported as skipped with the reason: ``spec.kubeConfig.configMapRef`` (workload
 identity of a cloud provider or the generic provider, which needs helm-controller's token
@@ -151,8 +152,10 @@ class Remotes:
         timeout: float | None = None,
         unreachable_ttl: float = UNREACHABLE_TTL,
         clock: Callable[[], float] = time.monotonic,
+        default_service_account: str | None = None,
     ):
         self.local = local
+        self.default_service_account = default_service_account or None
         self.timeout = min(filter(None, (timeout, local.request_timeout, REMOTE_TIMEOUT)))
         self.unreachable_ttl = unreachable_ttl
         self.clock = clock
@@ -204,11 +207,9 @@ class Remotes:
     def _client(self, ref: KubeConfigRef, secret: dict[str, Any]) -> RemoteKube:
         """The client made for this version of ``secret`` (and impersonation), else a new one."""
         md = secret.get("metadata") or {}
-        impersonate = (
-            _SA_USER.format(namespace=ref.namespace, name=ref.service_account)
-            if ref.service_account
-            else None
-        )
+        # as helm-controller: spec.serviceAccountName, else its --default-service-account
+        account = ref.service_account or self.default_service_account
+        impersonate = _SA_USER.format(namespace=ref.namespace, name=account) if account else None
         key = (
             ref.namespace,
             str(ref.secret_name),  # a str: _secret_name

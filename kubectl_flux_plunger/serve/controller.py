@@ -30,8 +30,11 @@ from ..core.selector import Selector
 from ..core.selector import parse as parse_selector
 from ..executor import Executor, Options, Result
 from ..executor.backup import SecretBackup
-from ..executor.outcome import CLEANUP_RESULTS
+from ..executor.outcome import CLEANUP_RESULTS, Claimants
 from ..kube import Kube, KubeError
+from ..kube.authority import TenantAuthority
+from ..kube.claimants import ListedClaimants
+from ..kube.remote import Remotes
 from ..report.events import Recorder
 from ..report.notify import Notifier
 from .drain import Drainer
@@ -133,11 +136,22 @@ class Controller:
         backup = cfg.backup
         if backup is None and cfg.backup_namespace:
             backup = SecretBackup(self.kube, cfg.backup_namespace, retention=cfg.backup_retention)
+        # who else claims a release: this watch's index when it sees every HelmRelease of
+        # the cluster, else a LIST of them per check (a namespaced or sharded install)
+        claimants: Claimants = (
+            self.watcher if self.watcher.claims is not None else (ListedClaimants(self.kube))
+        )
         work = Executor(
             self.kube,
             self.recorder,
-            options=dataclasses.replace(timings, backup=backup),
+            options=dataclasses.replace(
+                timings,
+                backup=backup,
+                claimants=claimants,
+                authority=TenantAuthority(self.kube, cfg.default_service_account),
+            ),
             should_stop=self._should_stop,
+            remotes=Remotes(self.kube, default_service_account=cfg.default_service_account),
         )
         drain = Executor(
             self.kube, self.recorder, options=dataclasses.replace(timings, allow_recover=False)

@@ -112,6 +112,7 @@ class ServeConfig:
     termination_grace_period: float | None = None  # the pod's: the shutdown must fit in it
     request_timeout: float | None = None  # None: startup.DEFAULT_REQUEST_TIMEOUT
     backup_namespace: str | None = None  # --backup-secret-namespace
+    default_service_account: str | None = None  # helm-controller's, mirrored (issue 55)
     backup_retention: float = 168 * 3600.0
     log_format: str = "text"
     log_level: str = "info"

@@ -39,8 +39,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
 from ..core import plan
+from ..core.claims import ClaimIndex
 from ..core.detect import is_fenced, is_stuck, is_terminating, parse_timestamp
-from ..core.objects import Obj
+from ..core.objects import Obj, compare_resource_versions
 from ..core.scope import Scope
 from ..kube import INITIAL_EVENTS_END, KubeError, WatchLists
 from .logs import fields
@@ -117,7 +118,9 @@ class _Sync:
     """What one sync read so far — a LIST's items or a watch-list's initial events: keys
     only, every item judged with the whole predicate (the catch-all) as it comes."""
 
-    def __init__(self) -> None:
+    def __init__(self, claims: bool = False) -> None:
+        # every release's claims (issue 55), when serve's scope is the whole cluster
+        self.claims = ClaimIndex() if claims else None
         self.fenced: set[str] = set()
         self.owned: set[str] = set()
         self.held: dict[str, float] = {}  # fenced and terminating: its deletionTimestamp
@@ -127,6 +130,8 @@ class _Sync:
     def take(self, hr: Obj, queue: Keys) -> None:
         self.count += 1
         key = key_of(hr)
+        if self.claims is not None:
+            self.claims.put(hr)
         if is_fenced(hr):
             self.fenced.add(key)
             since = _held_since(hr)
@@ -169,6 +174,11 @@ class Watcher:
         self.page_size = page_size
         self.watch_seconds = watch_seconds
         self.synced = threading.Event()
+        # who claims which Helm release (SPEC §6, "Holding a release"): kept only when the
+        # watch sees every HelmRelease of the cluster (no namespace, no selector) — a
+        # narrower install lists them instead (kube.claimants)
+        self.claims = ClaimIndex() if scope.namespace is None and not scope.selector else None
+        self._progress = threading.Condition()
         self._fenced: set[str] = set()
         self._owned: set[str] = set()  # suspended, spec.suspend owned by flux-plunger
         # fenced and terminating: key -> its deletionTimestamp (epoch seconds)
@@ -205,6 +215,11 @@ class Watcher:
         change is worth a pass (``plan.wanted_on_change``: helm-controller's writes in the
         middle of an action, or before its retry after a recovery, are not)."""
         key = key_of(hr)
+        if self.claims is not None:
+            if deleted:
+                self.claims.drop(hr)
+            else:
+                self.claims.put(hr)
         fenced = not deleted and is_fenced(hr)
         owned = not deleted and plan.suspended_by_us(hr)
         with self._lock:
@@ -233,6 +248,8 @@ class Watcher:
         expectations at or below ``rv`` go, the watch resumes from ``rv``."""
         with self._lock:
             self._fenced, self._owned, self._held = sync.fenced, sync.owned, sync.held
+        if self.claims is not None and sync.claims is not None:
+            self.claims.absorb(sync.claims)
         if self.metrics is not None:
             self.metrics.left_stuck.keep_only(sync.stuck)
         if rv:
@@ -250,17 +267,17 @@ class Watcher:
                 resourceVersion=rv,
             ),
         )
-        self.resource_version = rv
         self._resume = rv
         self._resync_at = time.monotonic() + self.resync_period
         self._failures = 0
         if not self.synced.is_set():
             self.synced.set()
             log.info("HelmRelease list/watch synced")
+        self._moved(rv)
 
     def relist(self, reason: str) -> str:
         """A fresh LIST, page by page; enqueue what the predicate selects.  Returns its rv."""
-        sync = _Sync()
+        sync = _Sync(claims=self.claims is not None)
         rv = ""
         self.queue.relisting()
         for items, page_rv in self.kube.iter_hr_pages(
@@ -280,7 +297,7 @@ class Watcher:
         bookmark, and a run of such ends pauses watch-lists (``kube.watch_list`` is False
         for a while: the LIST is used).  Raises Expired/KubeError; a refusal (400/422: no
         WatchList on this server) clears ``kube.watch_list`` for good instead."""
-        sync: _Sync | None = _Sync()
+        sync: _Sync | None = _Sync(claims=self.claims is not None)
         seconds = max(1, min(self.watch_seconds, int(self.resync_period + 0.999)))
         expired = None
         self.queue.relisting()
@@ -345,20 +362,55 @@ class Watcher:
                 obj,
             )
         new_rv = (obj.get("metadata") or {}).get("resourceVersion")
-        if new_rv:
-            self.resource_version = new_rv
         if kind in ("ADDED", "MODIFIED"):
             self._seen(obj)
         elif kind == "DELETED":
             self._seen(obj, deleted=True)
         # BOOKMARK: only the resourceVersion moves
         if new_rv:
+            self._moved(new_rv)
             self.queue.caught_up(new_rv)
         return None
 
+    # -- the claims (issue 55) -----------------------------------------------------
+
+    def _moved(self, rv: str) -> None:
+        """The stream has delivered everything up to ``rv`` (the index reflects it)."""
+        with self._progress:
+            self.resource_version = rv
+            self._progress.notify_all()
+
+    def _past(self, rv: str) -> bool:
+        order = compare_resource_versions(self.resource_version, rv)
+        return self.synced.is_set() and (
+            (order is not None and order >= 0) or self.resource_version == rv
+        )
+
+    def others(
+        self, hr: Obj, *, after: str | None = None, timeout: float = 30.0
+    ) -> tuple[str, ...]:
+        """The keys of the other HelmReleases that claim a Helm release ``hr`` claims, from
+        the index this watch keeps (``executor.Claimants``): once the first sync is done,
+        and with ``after``, once the stream has delivered that resourceVersion — every
+        HelmRelease created or changed before it is then in the index.  Raises KubeError
+        when that does not happen within ``timeout`` (nothing is deleted then)."""
+        if self.claims is None:
+            raise KubeError(0, "NoIndex", "this watch does not see every HelmRelease")
+        with self._progress:
+            if not self._progress.wait_for(
+                lambda: self._past(after) if after else self.synced.is_set(), timeout
+            ):
+                raise KubeError(
+                    0,
+                    "Timeout",
+                    f"the HelmRelease watch did not reach resourceVersion {after or '(sync)'} "
+                    f"within {timeout:.0f}s, so other claimants of the release cannot be ruled out",
+                )
+        return tuple(self.claims.others(hr))
+
     def _watch_once(self, rv: str, seconds: int) -> str:
         """One watch request from ``rv``; returns the newest rv seen. Raises Expired/KubeError."""
-        self.resource_version = rv
+        self._moved(rv)
         expired = None
         for event in self.kube.watch_hrs(
             self.namespace, self.selector, rv, timeout_seconds=seconds

@@ -23,6 +23,9 @@ from ..executor import Executor, Options, Outcome, Result
 from ..executor.backup import DirectoryBackup
 from ..executor.handshake import ReleaseWatch
 from ..kube import Kube, KubeError
+from ..kube.authority import TenantAuthority
+from ..kube.claimants import ListedClaimants
+from ..kube.remote import Remotes
 from ..report.events import Recorder
 from .controller_check import LeaseFlags
 from .controller_check import check as controller_check
@@ -173,6 +176,9 @@ class Once:
     handshake_timeout: float = 30.0
     backup_dir: str | None = None
     lease: LeaseFlags = field(default_factory=LeaseFlags)
+    # helm-controller's --default-service-account: the tenant identity of a HelmRelease
+    # without spec.serviceAccountName (kube.authority)
+    default_service_account: str | None = None
 
 
 class Progress(Protocol):
@@ -232,6 +238,7 @@ def recover(
         covered=covered,
         notifier=notifier,
         on_missing=on_missing,
+        on_warning=on_warning,
     )
 
 
@@ -244,12 +251,15 @@ def run_once(
     covered: Any = None,
     notifier: Any = None,
     on_missing: Callable[[str], None] = lambda _: None,
+    on_warning: Callable[[str], None] = lambda _: None,
 ) -> Ran:
     """The verb: read the selection (``fetch``; a named release as a watch-list the recovery
     then goes on on — one request for the read and the WATCH; listed releases are re-read
     by name before acting) and run one pass over it.  ``covered``: the running-controller
     check (``Options.covered``), read by the caller before; ``notifier``: the Recorder's;
-    ``on_missing(message)`` for each named release not found, before the pass starts."""
+    ``on_missing(message)`` for each named release not found, before the pass starts;
+    ``on_warning(line)`` when the claimants could not be listed cluster-wide."""
+    claimants = ListedClaimants(kube)
     # a stop is noticed between handshake watch windows: keep them short
     opts = Options(
         selector=selection.matcher(),
@@ -259,12 +269,15 @@ def run_once(
         handshake_window=1.0,
         backup=DirectoryBackup(once.backup_dir) if once.backup_dir else None,
         covered=covered,
+        claimants=claimants,
+        authority=TenantAuthority(kube, once.default_service_account),
     )
     executor = Executor(
         kube,
         Recorder(kube, enabled=(once.dry_run == "none"), notifier=notifier),
         options=opts,
         should_stop=progress.stop.is_set,
+        remotes=Remotes(kube, default_service_account=once.default_service_account),
     )
     watched = WatchedReads(executor)
     try:
@@ -274,6 +287,8 @@ def run_once(
         raise
     for m in missing:
         on_missing(m)
+    if selection.all_namespaces and not selection.selector and not selection.names:
+        claimants.seed(releases)  # the whole cluster: the claimants' first LIST
     progress.total = len(releases)
     how = Pass(once.only_rows, once.concurrency, fresh=bool(selection.names))
     try:
@@ -289,6 +304,8 @@ def run_once(
             )
     finally:
         watched.close()
+    if claimants.warning:
+        on_warning(claimants.warning)
     return Ran(len(releases), missing, outcomes)
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass, field
 
+from ..core import claims, detect, ownership, plan, storage
 from ..core import constants as C
-from ..core import detect, ownership, plan, storage
 from ..core.objects import Obj
-from ..executor.primitives import list_storage
+from ..executor import Options
+from ..executor.primitives import held_verdict, list_storage
 from ..kube import Kube, KubeError, controller_lease
+from ..kube.authority import TenantAuthority
+from ..kube.claimants import ListedClaimants
 from ..kube.controller_lease import ControllerLease, Controllers
 from ..kube.remote import RemoteError, Remotes, storage_cluster
 from .select import Selection, fetch
@@ -49,6 +52,8 @@ class Row:
     # while ``recovering``: since when flux-plunger holds the release and which process
     # (``hold_of``); None otherwise
     hold: Obj | None = None
+    # the other HelmReleases naming the same Helm release (``claimed-twice``), as keys
+    claimants: list[str] = field(default_factory=list)
 
     def as_dict(self) -> Obj:
         return asdict(self)
@@ -252,6 +257,16 @@ def covering(leases: list[ControllerLease] | None, hr: Obj) -> list[ControllerLe
     return [c for c in leases or [] if c.running and c.covers(hr)]
 
 
+def judge(kube: Kube, default_service_account: str | None = None) -> Options:
+    """What a stuck release is held against in ``status``, as ``recover`` holds it: the
+    other claimants (a LIST of the cluster's HelmReleases, once) and the tenant identity's
+    authority (a SubjectAccessReview per identity and namespace)."""
+    return Options(
+        claimants=ListedClaimants(kube),
+        authority=TenantAuthority(kube, default_service_account),
+    )
+
+
 def run(
     kube: Kube,
     sel: Selection,
@@ -272,10 +287,15 @@ def report(
     lease_namespace: str | None = None,
     lease: ControllerLease | None = None,
     leases: list[ControllerLease] | None = None,
+    held: Options | None = None,
 ) -> Report:
-    """``leases``: the controllers read (:func:`controllers`); ``lease``: one of them."""
+    """``leases``: the controllers read (:func:`controllers`); ``lease``: one of them;
+    ``held``: what stuck releases are held against (:func:`judge`; None: nothing)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     releases, errors = fetch(kube, sel)
+    whole = sel.all_namespaces and not sel.selector and not sel.names
+    if held is not None and isinstance(held.claimants, ListedClaimants) and whole:
+        held.claimants.seed(releases)  # the whole cluster: its claimants' LIST
     if leases is None and lease is not None:
         leases = [lease]
     if leases is None and any(
@@ -290,7 +310,7 @@ def report(
             state = state_of(hr, now, cover[0] if cover else None)
             if not sel.names and not interesting(hr, state):
                 continue
-            rows.append(_row(remotes, hr, state, now, cover))
+            rows.append(_row(remotes, hr, state, now, cover, held))
     finally:
         remotes.close()
     return Report(rows, errors, len(releases))
@@ -303,13 +323,15 @@ def row(
     *,
     lease: ControllerLease | None = None,
     leases: list[ControllerLease] | None = None,
+    held: Options | None = None,
 ) -> Row:
     """The row of one release (``status --watch`` renders each change)."""
     now = now or dt.datetime.now(dt.timezone.utc)
     cover = covering(leases if leases is not None else [lease] if lease else None, hr)
     remotes = Remotes(kube)
     try:
-        return _row(remotes, hr, state_of(hr, now, cover[0] if cover else None), now, cover)
+        state = state_of(hr, now, cover[0] if cover else None)
+        return _row(remotes, hr, state, now, cover, held)
     finally:
         remotes.close()
 
@@ -320,8 +342,10 @@ def _row(
     state: str,
     now: dt.datetime,
     cover: list[ControllerLease] | None = None,
+    held: Options | None = None,
 ) -> Row:
     md = hr["metadata"]
+    others: tuple[str, ...] = ()
     release, ns = storage.release_name(hr), storage.storage_namespace(hr)
     revision, helm_status, note, cluster = None, "-", "", "local"
     try:
@@ -333,7 +357,8 @@ def _row(
         cluster = storage_cluster(store)
         try:
             secrets = list_storage(store, hr)
-            verdict = plan.storage_verdict(hr, secrets)
+            verdict, holding = _judged(hr, secrets, state, held)
+            others = holding.others
             choice = verdict.choice
             if choice.revision is not None:
                 revision = choice.revision.number
@@ -341,6 +366,10 @@ def _row(
             note = verdict.detail
             if state == "stuck" and verdict.verdict is plan.Verdict.AWAITING_RETRY:
                 state = verdict.verdict.value
+            elif state == "stuck" and others:
+                state = plan.Stuck.CLAIMED_TWICE.value
+            elif state == "stuck" and holding.refused and verdict.verdict is plan.Verdict.SKIPPED:
+                state = plan.Stuck.OUTSIDE_AUTHORITY.value
         except KubeError as exc:
             helm_status, note = "<unreadable>", f"cannot list Helm storage: {exc}"
     if state == "failing":
@@ -375,4 +404,15 @@ def _row(
         suspend_owners=list(ownership.suspend_owners(hr)),
         suspended_by=suspenders(hr),
         hold=hold,
+        claimants=list(others),
     )
+
+
+def _judged(
+    hr: Obj, secrets: list[Obj], state: str, held: Options | None
+) -> tuple[plan.StorageVerdict, claims.Holding]:
+    """The storage verdict; for a stuck release held against ``held`` (the claimants and
+    the tenant's authority, as ``recover`` holds it)."""
+    if held is None or state != "stuck":
+        return plan.storage_verdict(hr, secrets), claims.Holding()
+    return held_verdict(hr, secrets, held)
