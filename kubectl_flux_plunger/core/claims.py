@@ -153,11 +153,10 @@ class ClaimIndex:
 
     def _drop(self, key: str) -> None:
         for claim in self._by_key.pop(key, ()):
-            keys = self._by_claim.get(claim)
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
-                    del self._by_claim[claim]
+            keys = self._by_claim[claim]  # every indexed claim is in both maps
+            keys.discard(key)
+            if not keys:
+                del self._by_claim[claim]
 
     def others(self, hr: Obj) -> list[str]:
         """The keys of the other HelmReleases that claim a release ``hr`` claims (its

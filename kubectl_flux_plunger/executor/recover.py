@@ -71,29 +71,30 @@ class Recover:
         """List the release's Helm storage and pick the revision to delete (SPEC §4) past
         the already-processed guard: (the choice, the report naming the revision judged),
         or (None, the report ended with why there is none)."""
+        return self._choose(hr)[:2]
+
+    def _choose(self, hr: Obj) -> tuple[storage.Choice | None, Report, list[Obj]]:
+        """``choose``, and the storage listed (the decision is made again on it)."""
         try:
             secrets = self.prims.list_storage(hr)
         except Unsupported as exc:
             stuck = plan.left_stuck(hr, plan.Stuck.REMOTE_UNSUPPORTED)
-            return None, Report(Ending(Result.SKIPPED, str(exc), stuck=stuck))
+            return None, Report(Ending(Result.SKIPPED, str(exc), stuck=stuck)), []
         except RemoteError as exc:
-            return None, Report(failed(f"cannot use the remote cluster: {exc}"))
+            return None, Report(failed(f"cannot use the remote cluster: {exc}")), []
         except KubeError as exc:
-            return None, Report(
-                failed(
-                    f"cannot list Helm storage in namespace {storage.storage_namespace(hr)}: {exc}"
-                )
-            )
+            where = storage.storage_namespace(hr)
+            return None, Report(failed(f"cannot list Helm storage in namespace {where}: {exc}")), []
         try:
             verdict = self._verdict(hr, secrets)
         except KubeError as exc:
-            return None, Report(failed(f"cannot tell who else holds the release: {exc}"))
+            return None, Report(failed(f"cannot tell who else holds the release: {exc}")), []
         choice = verdict.choice
         report = Report(revision=choice.revision.number if choice.revision is not None else None)
         if verdict.verdict is not plan.Verdict.RECOVER:
             ending = Ending(Result(verdict.verdict.value), verdict.detail, stuck=verdict.stuck)
-            return None, report.end(ending)
-        return choice, report
+            return None, report.end(ending), secrets
+        return choice, report, secrets
 
     def _verdict(
         self, hr: Obj, secrets: list[Obj], after: str | None = None
@@ -105,7 +106,7 @@ class Recover:
     def run(self, hr: Obj, watch: ReleaseWatch | None = None) -> Report:
         """The recovery sequence on ``hr``, the fresh read that decided; ``watch`` is the
         watch-list that read came from (the caller closes it), else one is opened here."""
-        choice, report = self.choose(hr)
+        choice, report, secrets = self._choose(hr)
         if choice is None:
             return report
         rev = choice.revision
@@ -113,12 +114,12 @@ class Recover:
         if self.should_stop():
             return report.end(deferred("shutting down; recovery not started"))
         if watch is not None or self.kube.dry_run:  # a dry run persists nothing to watch
-            return self._recover_watched(hr, choice, report, watch)
+            return self._recover_watched(hr, (choice, secrets), report, watch)
         # one WATCH from the deciding read: the acquire goes out on the newest state, a
         # 409 is re-decided on what the stream carries, and the handshake waits on it
         own = ReleaseWatch(self.kube, hr, watch_timeout(self.opt))
         try:
-            return self._recover_watched(hr, choice, report, own)
+            return self._recover_watched(hr, (choice, secrets), report, own)
         finally:
             own.close()
 
@@ -138,8 +139,14 @@ class Recover:
         return reread
 
     def _recover_watched(
-        self, hr: Obj, choice: storage.Choice, report: Report, watch: ReleaseWatch | None
+        self,
+        hr: Obj,
+        decided: tuple[storage.Choice, list[Obj]],
+        report: Report,
+        watch: ReleaseWatch | None,
     ) -> Report:
+        """From the acquire on: ``decided`` is the choice and the storage it was made on."""
+        choice, secrets = decided
         rev = choice.revision
         assert rev is not None and rev.number is not None
         first = watch.settle() if watch is not None else hr
@@ -178,7 +185,7 @@ class Recover:
         try:
             current, report = self._holding(held, rev.number, report, watch)
             if current is not None and report.ending is None:
-                choice, report = self._decide_again(hr, current, choice, report)
+                choice, report = self._decide_again(hr, current, (choice, secrets), report)
             if current is not None and report.ending is None:
                 report = self._delete_judged(current, choice, report)
         except KubeError as exc:
@@ -234,15 +241,22 @@ class Recover:
         return current, report
 
     def _decide_again(
-        self, decided: Obj, current: Obj, choice: storage.Choice, report: Report
+        self,
+        decided: Obj,
+        current: Obj,
+        judged: tuple[storage.Choice, list[Obj]],
+        report: Report,
     ) -> tuple[storage.Choice, Report]:
         """The decision that leads to the DELETE, made again on the last read (SPEC §6):
         ``current``, the answer of the record, against ``decided``, the read the recovery
-        started on.  The same target (release name, target and storage namespaces,
-        kubeconfig), the same face, no other claimant — as the claimants stand once they
-        reflect ``current`` — and a fresh storage LIST whose newest revision is the one
-        judged.  Returns the choice to delete (its Secret's newest resourceVersion), or
-        the report ended with why nothing is deleted."""
+        started on, and ``judged``, the choice and the storage it was made on.  The same
+        target (release name, target and storage namespaces, kubeconfig), the same face,
+        no other claimant — as the claimants stand once they reflect ``current`` — and the
+        same revision chosen.  The storage half needs no second read: the DELETE carries
+        the judged Secret's uid and resourceVersion, so a Secret changed since the LIST
+        is a 409 that ``_delete_judged`` re-decides on a fresh LIST.  Returns the choice to
+        delete, or the report ended with why nothing is deleted."""
+        choice, secrets = judged
         if self.kube.dry_run:
             return choice, report  # nothing was held: the first decision is the plan
         if claims.target_of(current) != claims.target_of(decided):
@@ -255,7 +269,7 @@ class Recover:
                 )
             )
         rv = (current.get("metadata") or {}).get("resourceVersion")
-        verdict = self._verdict(current, self.prims.list_storage(current), after=rv or None)
+        verdict = self._verdict(current, secrets, after=rv or None)
         redo, rev = verdict.choice, choice.revision
         same = (
             verdict.verdict is plan.Verdict.RECOVER
