@@ -149,10 +149,12 @@ def helmrelease(namespace: str, name: str, artifact: str, **spec) -> dict:
 class HelmController:
     """helm-controller running out of cluster with ``KUBECONFIG`` in its environment."""
 
-    def __init__(self, kubeconfig: Path, workdir: Path, *, label_selector: str | None = None):
+    def __init__(self, kubeconfig: Path, workdir: Path, *, label_selector: str | None = None,
+                 extra_args: tuple[str, ...] = ()):
         self.kubeconfig = kubeconfig
         self.workdir = workdir
         self.label_selector = label_selector
+        self.extra_args = tuple(extra_args)  # e.g. Flux's multi-tenancy lockdown flags
         self.process: Process | None = None
 
     def start(self) -> "HelmController":
@@ -166,6 +168,7 @@ class HelmController:
                 "--concurrent=4"]
         if self.label_selector:
             argv.append(f"--watch-label-selector={self.label_selector}")
+        argv.extend(self.extra_args)
         self.process = Process("helm-controller", argv, self.workdir / "helm-controller.log", env)
         self.process.start()
         import urllib.request

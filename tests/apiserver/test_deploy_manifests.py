@@ -55,6 +55,8 @@ CONTROLLER_CLUSTER_RULES = {
     ("", "events"): ["create", "get", "list", "patch"],
     # serve's scope overlap check lists every Lease of the cluster (issue 36)
     ("coordination.k8s.io", "leases"): ["list"],
+    # may the tenant identity helm-controller acts as delete the storage? (issue 55)
+    ("authorization.k8s.io", "subjectaccessreviews"): ["create"],
 }
 LEASE_RULES = {("coordination.k8s.io", "leases"): ["create", "get", "list", "update"]}
 HOOK_CLUSTER_RULES = {("helm.toolkit.fluxcd.io", "helmreleases"): ["get", "list", "patch"],
@@ -338,6 +340,8 @@ def test_chart_refuses_a_grace_period_the_drain_cannot_use(helm, value, schema, 
     ('uninstallCleanup.kubectlImage="x"', "additional properties 'kubectlImage' not allowed"),
     ('metrics.podMonitor.interval="soon"', "at '/metrics/podMonitor/interval'"),
     ('workers=0', "at '/workers'"),
+    ('defaultServiceAccount="Tenant SA"', "at '/defaultServiceAccount'"),
+    ('defaultServiceAccount="default"', None),
 ])
 def test_values_schema_is_enforced_by_helm_lint_and_template(helm, value, message):
     for verb in ("lint", "template"):
@@ -359,6 +363,19 @@ def test_chart_lints_clean_and_prints_notes(helm):
     assert "watches HelmReleases in namespace team-a" in text
     assert "kubectl flux-plunger status -n team-a" in text
     assert "Uninstalling runs a pre-delete Job" in text
+
+
+def test_default_service_account_mirrors_helm_controllers_flag(helm):
+    args = lambda docs: find(docs, "Deployment", "flux-plunger")["spec"]["template"][  # noqa: E731
+        "spec"]["containers"][0]["args"]
+    assert not [a for a in args(render_chart(helm)) if "default-service-account" in a]
+    locked = render_chart(helm, "flux-plunger", 'defaultServiceAccount="default"')
+    assert "--default-service-account=default" in args(locked)
+    notes = helm_run(helm, "install", "flux-plunger", "--dry-run=client", "--namespace",
+                     "flux-plunger", "--set-json", 'defaultServiceAccount="default"',
+                     chart_last=True)
+    assert notes.returncode == 0, notes.stderr
+    assert "as ServiceAccount default of its own namespace" in notes.stdout
 
 
 def test_image_value_with_registry_and_digest_and_metrics_options(helm):
@@ -441,22 +458,24 @@ def test_watch_namespace_grants_a_role_in_that_namespace_only(helm):
     role = find(docs, "Role", cluster_name())
     assert role["metadata"]["namespace"] == "team-a"
     leases = ("coordination.k8s.io", "leases")
+    reviews = ("authorization.k8s.io", "subjectaccessreviews")
     assert verbs_by_resource(role) == {k: v for k, v in CONTROLLER_CLUSTER_RULES.items()
-                                       if k != leases}
+                                       if k not in (leases, reviews)}
     binding = find(docs, "RoleBinding", cluster_name())
     assert binding["metadata"]["namespace"] == "team-a"
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
                                   "name": cluster_name()}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "flux-plunger",
                                     "namespace": "flux-plunger"}]
-    # the one cluster-wide grant left: the LIST of the Leases (every running flux-plunger,
-    # wherever it leads), a ClusterRole of its own
+    # the cluster-wide grants left: the LIST of the Leases (every running flux-plunger,
+    # wherever it leads) and the SubjectAccessReview (cluster-scoped), a ClusterRole of
+    # their own
     controller = {(d["kind"], d["metadata"]["name"]): d for d in docs
                   if d["kind"] in ("ClusterRole", "ClusterRoleBinding") and not is_hook(d)}
     assert sorted(controller) == [("ClusterRole", cluster_name() + "-leases"),
                                   ("ClusterRoleBinding", cluster_name() + "-leases")]
     assert verbs_by_resource(controller["ClusterRole", cluster_name() + "-leases"]) == {
-        leases: ["list"]}
+        leases: ["list"], reviews: ["create"]}
     # the ScopeOverlap Event on its own Lease, in the release namespace, is writable there
     lease_role = find(docs, "Role", "flux-plunger-leader-election")
     assert verbs_by_resource(lease_role) == {**LEASE_RULES,

@@ -75,11 +75,14 @@ def test_controller_roles_are_exactly_what_serve_and_the_verbs_send(plane, clust
     user = f"system:serviceaccount:{ns}:{name}"
     mark = plane.audit_mark()
 
-    # serve: a full recovery, leadership taken and given up
+    # serve: a full recovery, leadership taken and given up; the release acted on as a
+    # tenant identity (helm-controller's --default-service-account): a SubjectAccessReview
+    # asks whether it may delete the storage (here the audited account itself: it may)
     _stuck(cluster, ns)
     with SimulatedHelmController(cluster, ns):
         serve = ServeProcess(kc, tmp_path / "serve.log", "--leader-elect",
-                             f"--leader-election-namespace={ns}", "-n", ns)
+                             f"--leader-election-namespace={ns}", "-n", ns,
+                             f"--default-service-account={name}")
         try:
             serve.wait_for(lambda: _recovered(cluster, ns), 60, "recovery under the shipped RBAC")
         finally:

@@ -18,7 +18,13 @@ from .conftest import stuck_release
 UA = "kubectl-flux-plunger"
 
 
-def test_recover_one_named_release_sends_eight_requests_end_to_end(cli, plane, cluster, ns):
+# the one-shot verbs know every other claimant of the release from a LIST of the cluster's
+# HelmReleases: once before anything is written, again at the delete (issue 55; serve keeps
+# the claimants from its watch and sends neither)
+CLAIMANTS = ("list", "helmreleases")
+
+
+def test_recover_one_named_release_sends_ten_requests_end_to_end(cli, plane, cluster, ns):
     lease_ns = cluster.namespace("lease")
     stuck_release(cluster, ns)
     hc_kube = plane.kube(user_agent="simulated-helm-controller")   # not counted
@@ -34,25 +40,26 @@ def test_recover_one_named_release_sends_eight_requests_end_to_end(cli, plane, c
     events = sorted(plane.audit_events(since=mark, user_agent=UA),      # by arrival: a watch
                     key=lambda ev: ev["requestReceivedTimestamp"])      # is logged at its end
     verbs = [(ev["verb"], (ev.get("objectRef") or {}).get("resource")) for ev in events]
-    writes = [("patch", "helmreleases"), ("patch", "helmreleases"), ("delete", "secrets"),
-              ("create", "events"), ("patch", "helmreleases")]
+    writes = [("patch", "helmreleases"), ("patch", "helmreleases"), CLAIMANTS,
+              ("delete", "secrets"), ("create", "events"), ("patch", "helmreleases")]
     if plane.watch_lists:
         # everything the process sends: the controller check (SPEC §2: every flux-plunger
         # Lease with one LIST; a release a running one covers is left to it), then the
         # named read as a watch-list — its initial event is the
         # fresh read, and the same stream carries the newest state for the acquire and
-        # helm-controller's handshake — LIST, APPLY, PATCH (record), DELETE, the
-        # `Recovered` Event (the trace in `kubectl describe`), APPLY (relinquish)
+        # helm-controller's handshake — LIST, the claimants' LIST, APPLY, PATCH (record),
+        # the claimants' LIST again, DELETE, the `Recovered` Event (the trace in
+        # `kubectl describe`), APPLY (relinquish)
         assert verbs == [("list", "leases"), ("watch", "helmreleases"), ("list", "secrets"),
-                         *writes], verbs
+                         CLAIMANTS, *writes], verbs
         watch = events[1]
         assert "sendInitialEvents=true" in watch["requestURI"], watch["requestURI"]
     else:
         # no watch-lists (Kubernetes 1.33), first run against this server: the refused
-        # watch-list, then the read as a GET and a WATCH from its resourceVersion (10;
-        # from the second run on 9: test_a_refused_watch_list_is_remembered_…)
+        # watch-list, then the read as a GET and a WATCH from its resourceVersion (12;
+        # from the second run on 11: test_a_refused_watch_list_is_remembered_…)
         assert verbs == [("list", "leases"), ("watch", "helmreleases"),
-                         ("get", "helmreleases"), ("list", "secrets"),
+                         ("get", "helmreleases"), ("list", "secrets"), CLAIMANTS,
                          ("watch", "helmreleases"), *writes], verbs
         assert [ev["responseStatus"]["code"] for ev in events[1:3]] == [422, 200]
         assert "sendInitialEvents=true" not in events[4]["requestURI"]
@@ -184,11 +191,13 @@ def test_a_server_without_watch_lists_is_read_with_a_get(plane_without_watch_lis
                     ("watch", "helmreleases", 422),       # the watch-list, refused
                     ("get", "helmreleases", 200),         # the named read as a GET
                     ("list", "secrets", 200),
+                    ("list", "helmreleases", 200),        # the claimants
                     ("watch", "helmreleases", 200),       # from the GET's resourceVersion
                     ("patch", "helmreleases", 200), ("patch", "helmreleases", 200),
+                    ("list", "helmreleases", 200),        # the claimants, at the delete
                     ("delete", "secrets", 200), ("create", "events", 201),
                     ("patch", "helmreleases", 200)], sent
-    assert "sendInitialEvents=true" not in events[4]["requestURI"]
+    assert "sendInitialEvents=true" not in events[5]["requestURI"]
 
 
 def _sent(plane, mark, watches: int) -> list[tuple[str, str | None, int]]:
@@ -202,11 +211,12 @@ def _sent(plane, mark, watches: int) -> list[tuple[str, str | None, int]]:
              ev["responseStatus"]["code"]) for ev in events]
 
 
-def test_a_refused_watch_list_is_remembered_so_the_next_run_sends_nine(
+def test_a_refused_watch_list_is_remembered_so_the_next_run_sends_eleven(
         plane_without_watch_lists, tmp_path):
     """Issue 19: only the first run against a server without watch-lists pays for the
     refusal; it is remembered per server under the user's cache directory, so the next
-    ``recover -n NS NAME`` sends 9 requests (was 10: the refused WATCH every time)."""
+    ``recover -n NS NAME`` sends 11 requests (was 12: the refused WATCH every time; 9
+    before the claimants' two LISTs of issue 55)."""
     import os
 
     p = plane_without_watch_lists
@@ -238,8 +248,10 @@ def test_a_refused_watch_list_is_remembered_so_the_next_run_sends_nine(
     assert sent == [("list", "leases", 200),
                     ("get", "helmreleases", 200),         # no watch-list tried
                     ("list", "secrets", 200),
+                    ("list", "helmreleases", 200),        # the claimants
                     ("watch", "helmreleases", 200),       # from the GET's resourceVersion
                     ("patch", "helmreleases", 200), ("patch", "helmreleases", 200),
+                    ("list", "helmreleases", 200),        # the claimants, at the delete
                     ("delete", "secrets", 200), ("create", "events", 201),
                     ("patch", "helmreleases", 200)], sent
 
