@@ -244,6 +244,7 @@ def status_item(r: Any) -> dict[str, Any]:
         **({"claimants": list(r.claimants)} if getattr(r, "claimants", None) else {}),
         # while recovering: {"since": RFC 3339, "by": "controller ID" | "a one-shot run"}
         **({"hold": r.hold} if getattr(r, "hold", None) else {}),
+        **({"budget": r.budget} if getattr(r, "budget", None) else {}),
     }
 
 

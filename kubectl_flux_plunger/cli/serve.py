@@ -106,6 +106,19 @@ from .session import Exit, fail
     help="How long to wait for helm-controller to observe the suspension before "
     "deleting a revision.",
 )
+@click.option(
+    "--max-failed-recoveries",
+    type=click.IntRange(1, 100),
+    default=3,
+    help="Give a release up (state given-up, a RecoverySkipped Warning) after this many "
+    "recoveries in a row after which it got stuck again; never more than its "
+    "install/upgrade remediation retries where set.",
+)
+@duration_option(
+    "--recovery-backoff",
+    default="30s",
+    help="Wait before the recovery after a failed one, doubling after each failed one.",
+)
 @duration_option(
     "--scope-overlap-check-interval",
     default="60s",
@@ -176,6 +189,8 @@ def serve(
     fence_recheck_interval: float,
     fence_held_warn_after: float,
     handshake_timeout: float,
+    max_failed_recoveries: int,
+    recovery_backoff: float,
     scope_overlap_check_interval: float,
     backup_secret_namespace: str | None,
     backup_retention: float,
@@ -190,9 +205,8 @@ def serve(
 
     The same decision table as `recover`, driven by a list+watch, with leader election on
     the Lease flux-plunger.cozystack.io (--leader-election-id: one per shard). On SIGTERM it
-    stops new work, drains (releases every suspension and uninstall fence it holds,
-    carrying deletes through the uninstall) and gives the Lease up; a second signal exits
-    at once."""
+    stops new work, drains (lifts every suspension and uninstall fence it holds, carrying
+    deletes through the uninstall) and gives the Lease up; a second signal exits at once."""
     from ..serve.options import Invalid, ServeConfig
 
     try:
@@ -214,6 +228,8 @@ def serve(
             fence_recheck=fence_recheck_interval,
             fence_warn_after=fence_held_warn_after,
             handshake_timeout=handshake_timeout,
+            max_failed_recoveries=max_failed_recoveries,
+            recovery_backoff=recovery_backoff,
             overlap_check=scope_overlap_check_interval,
             backup_namespace=backup_secret_namespace,
             backup_retention=backup_retention,

@@ -44,3 +44,7 @@ STATE_ERROR_STATUSES = frozenset({"uninstalling", "unknown"})
 
 FENCE_RECHECK_SECONDS = 60.0
 FENCE_HELD_WARN_SECONDS = 600.0
+
+# The recovery budget (issue 57; core/budget.py): the count of recoveries in a row and what
+# they were made under, written by the same PATCH as PROCESSED_ANNOTATION
+BUDGET_ANNOTATION = "flux-plunger.cozystack.io/recovery-budget"

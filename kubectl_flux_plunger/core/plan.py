@@ -8,10 +8,10 @@ no numbers — so repeats on one object fold into one counted Event.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
-from . import claims, constants, storage
+from . import budget, claims, constants, storage
 from .detect import (
     Face,
     already_processed,
@@ -29,8 +29,42 @@ from .detect import (
     stuck_face,
     uninstall_reached,
 )
+from .messages import (
+    NORMAL,
+    RECOVERED,
+    RECOVERY_DEFERRED,
+    RECOVERY_FAILED,
+    RECOVERY_SKIPPED,
+    SUSPENSION_NOT_OWNED,
+    SUSPENSION_NOT_OWNED_AFTER_RECOVERY,
+    TERMINATING_WHILE_SUSPENDED,
+    TERMINATING_WHILE_SUSPENDED_AFTER_RECOVERY,
+    UNINSTALL_FENCE_HELD,
+    UNSUSPEND_FAILED,
+    WARNING,
+    EventSpec,
+    Stuck,
+)
 from .objects import Obj
 from .ownership import owns_suspend
+
+# re-exported from messages: callers name the static Event words as plan.X
+__all__ = [
+    "NORMAL",
+    "RECOVERED",
+    "RECOVERY_DEFERRED",
+    "RECOVERY_FAILED",
+    "RECOVERY_SKIPPED",
+    "SUSPENSION_NOT_OWNED",
+    "SUSPENSION_NOT_OWNED_AFTER_RECOVERY",
+    "TERMINATING_WHILE_SUSPENDED",
+    "TERMINATING_WHILE_SUSPENDED_AFTER_RECOVERY",
+    "UNINSTALL_FENCE_HELD",
+    "UNSUSPEND_FAILED",
+    "WARNING",
+    "EventSpec",
+    "Stuck",
+]
 
 
 class Action(enum.Enum):
@@ -67,15 +101,6 @@ ROWS = frozenset(Row)
 
 
 @dataclass(frozen=True)
-class EventSpec:
-    """An Event to record on the HelmRelease: reason, type ("Normal"/"Warning"), static message."""
-
-    reason: str
-    type: str
-    message: str
-
-
-@dataclass(frozen=True)
 class Decision:
     """The action for one pass over one release, the table row that chose it, and why."""
 
@@ -86,72 +111,11 @@ class Decision:
     requeue_after: float | None
 
 
-NORMAL, WARNING = "Normal", "Warning"
-
 # each face of a stuck release (detect.Face), as `status` and the decisions say it
 FACE_WORDS = {
     Face.NO_DEPLOYED: 'stuck with "has no deployed releases"',
     Face.STATE_ERROR: "stuck with StateError (a revision helm-controller cannot place)",
 }
-
-SUSPENSION_NOT_OWNED = EventSpec(
-    "SuspensionNotOwned",
-    NORMAL,
-    "Left a suspension set by another manager untouched; flux-plunger only lifts suspensions "
-    "it set itself",
-)
-SUSPENSION_NOT_OWNED_AFTER_RECOVERY = EventSpec(
-    "SuspensionNotOwned",
-    WARNING,
-    "Left a suspension flux-plunger does not own untouched on a release it recovered before; "
-    "if an older flux-plunger left it, resume the release once you have checked nobody else "
-    "needs it suspended",
-)
-TERMINATING_WHILE_SUSPENDED = EventSpec(
-    "TerminatingWhileSuspended",
-    NORMAL,
-    "HelmRelease is being deleted while suspended by another manager; helm-controller skips "
-    "the Helm uninstall of a suspended release and leaves its resources in place",
-)
-TERMINATING_WHILE_SUSPENDED_AFTER_RECOVERY = EventSpec(
-    "TerminatingWhileSuspended",
-    WARNING,
-    "HelmRelease is being deleted while suspended by another manager after flux-plunger "
-    "recovered it; helm-controller skips the Helm uninstall, so its resources are left behind",
-)
-UNINSTALL_FENCE_HELD = EventSpec(
-    "UninstallFenceHeld",
-    WARNING,
-    "HelmRelease delete is held by flux-plunger's uninstall fence until helm-controller has "
-    "reconciled the unsuspended release; check that helm-controller is running and "
-    "reconciling it",
-)
-UNSUSPEND_FAILED = EventSpec(
-    "UnsuspendFailed",
-    WARNING,
-    "Could not lift a suspension flux-plunger set; a running flux-plunger controller retries, "
-    "and `kubectl flux-plunger resume-owned` lifts it. While the release stays suspended, "
-    "deleting it skips the Helm uninstall and orphans its resources",
-)
-RECOVERY_DEFERRED = EventSpec(
-    "RecoveryDeferred",
-    NORMAL,
-    "Recovery deferred: another manager took spec.suspend or the release began terminating "
-    "between read and write; the controller's next pass (or the next recover) decides again",
-)
-RECOVERY_FAILED = EventSpec(
-    "RecoveryFailed",
-    WARNING,
-    "Recovery of the stuck release failed; a running flux-plunger controller retries with "
-    "backoff. The cause is in the controller's log and in `kubectl flux-plunger recover`",
-)
-
-RECOVERED = EventSpec(
-    "Recovered",
-    NORMAL,
-    'Deleted the Helm storage revision that kept helm-controller stuck ("has no deployed '
-    'releases" or StateError); helm-controller reconciles the release again',
-)
 
 
 def _decision(
@@ -279,6 +243,9 @@ def wanted_on_change(hr: Obj) -> bool:
 
     * Ready is Unknown: helm-controller is running an action; it ends with Ready True (not
       stuck) or False (stuck, wanted);
+    * the release is given up (``budget.given_up``, on its record alone): helm-controller
+      retrying it starts no pass; a change that ends the run (a new spec, chart, values,
+      `flux reconcile`, a deployed revision) does;
     * a recovery awaits helm-controller's retry (``recovery_awaits_retry``): a pass would
       find it awaiting; helm-controller's attempt writes lastAttemptedGeneration, and a
       release still stuck after it is wanted again.  (The one case where storage would
@@ -292,7 +259,7 @@ def wanted_on_change(hr: Obj) -> bool:
         return False
     if is_suspended(hr) or is_fenced(hr):
         return True
-    return not (ready_unknown(hr) or recovery_awaits_retry(hr))
+    return not (ready_unknown(hr) or recovery_awaits_retry(hr) or budget.given_up(hr))
 
 
 class Verdict(str, enum.Enum):
@@ -301,87 +268,8 @@ class Verdict(str, enum.Enum):
     RECOVER = "recover"
     AWAITING_RETRY = "awaiting-retry"  # the value of executor.Result.AWAITING_RETRY
     SKIPPED = "skipped"  # the value of executor.Result.SKIPPED
+    DEFERRED = "deferred"  # the value of executor.Result.DEFERRED: the budget's backoff
 
-
-class Stuck(str, enum.Enum):
-    """Why flux-plunger leaves a stuck release stuck, closed: the ``reason`` label of serve's
-    ``flux_plunger_releases_left_stuck`` gauge, and one static ``RecoverySkipped`` message
-    each (``RECOVERY_SKIPPED``).  docs/INSTALL.md says what the operator does for each."""
-
-    CORRUPT_PAYLOAD = "corrupt-payload"
-    REMOTE_UNSUPPORTED = "remote-unsupported"
-    NO_STORAGE = "no-storage"
-    UNNUMBERED_REVISION = "unnumbered-revision"
-    DUPLICATE_REVISION = "duplicate-revision"
-    VERSION_MISMATCH = "version-mismatch"
-    UNEXPECTED_STATUS = "unexpected-status"
-    # SPEC §6 "Holding a release" (issue 55): another HelmRelease names the same Helm
-    # release, or the tenant identity helm-controller acts as may not delete its storage
-    CLAIMED_TWICE = "claimed-twice"
-    OUTSIDE_AUTHORITY = "outside-authority"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-_SKIPPED = "Recovery skipped, the release stays stuck until it is repaired by hand: "
-RECOVERY_SKIPPED = {
-    Stuck.CORRUPT_PAYLOAD: EventSpec(
-        "RecoverySkipped",
-        WARNING,
-        _SKIPPED + "the payload of the newest Helm storage revision cannot be decoded, so "
-        "flux-plunger cannot prove it is the revision that blocks upgrades",
-    ),
-    Stuck.REMOTE_UNSUPPORTED: EventSpec(
-        "RecoverySkipped",
-        WARNING,
-        _SKIPPED + "spec.kubeConfig reaches the remote cluster in a way flux-plunger does not "
-        "support (a workload-identity configMapRef, an exec plugin, an auth-provider or a "
-        "proxy)",
-    ),
-    Stuck.NO_STORAGE: EventSpec(
-        "RecoverySkipped",
-        WARNING,
-        _SKIPPED + "no Helm storage Secret of the release is where its HelmRelease says "
-        "Helm keeps it (release name, storage namespace)",
-    ),
-    Stuck.UNNUMBERED_REVISION: EventSpec(
-        "RecoverySkipped",
-        WARNING,
-        _SKIPPED + "no Helm storage Secret of the release carries a revision number",
-    ),
-    Stuck.DUPLICATE_REVISION: EventSpec(
-        "RecoverySkipped",
-        WARNING,
-        _SKIPPED + "the newest revision of the release is stored in more than one Secret",
-    ),
-    Stuck.VERSION_MISMATCH: EventSpec(
-        "RecoverySkipped",
-        WARNING,
-        _SKIPPED + "the payload of the newest Helm storage revision records another version "
-        "than its Secret",
-    ),
-    Stuck.UNEXPECTED_STATUS: EventSpec(
-        "RecoverySkipped",
-        WARNING,
-        _SKIPPED + "the newest Helm storage revision has a status flux-plunger never deletes",
-    ),
-    Stuck.CLAIMED_TWICE: EventSpec(
-        "RecoverySkipped",
-        WARNING,
-        _SKIPPED + "another HelmRelease names the same Helm release (release name, storage "
-        "namespace, cluster); flux-plunger holds a release only when it holds every "
-        "HelmRelease that claims it, so it writes nothing while two do",
-    ),
-    Stuck.OUTSIDE_AUTHORITY: EventSpec(
-        "RecoverySkipped",
-        WARNING,
-        _SKIPPED + "the ServiceAccount helm-controller acts as for this HelmRelease "
-        "(spec.serviceAccountName, or its --default-service-account) may not delete Helm "
-        "storage Secrets in the storage namespace, and flux-plunger acts with no more "
-        "authority than helm-controller has",
-    ),
-}
 
 # how each refusal of the §4 check leaves a stuck release: None where helm-controller goes
 # on from the storage by itself (a deployed revision; a failed, superseded or pending one):
@@ -430,12 +318,15 @@ class StorageVerdict:
     recovery, or skip with the reason.  ``executor`` and ``status`` both use this.
 
     ``stuck``: a skip that leaves the release stuck for a human and is announced
-    (``skip_of``); None for every other verdict and for a skip the next reconcile clears."""
+    (``skip_of``); None for every other verdict and for a skip the next reconcile clears.
+    ``standing``: where the release stands with its recovery budget, when one was applied
+    (``budget.standing``): the record of the recovery writes its count."""
 
     verdict: Verdict
     detail: str
     choice: storage.Choice
     stuck: Stuck | None = None
+    standing: budget.Standing | None = None
 
 
 def choose(hr: Obj, secrets: list[Obj]) -> storage.Choice:
@@ -447,11 +338,27 @@ def choose(hr: Obj, secrets: list[Obj]) -> storage.Choice:
 
 
 def storage_verdict(
-    hr: Obj, secrets: list[Obj], holding: claims.Holding | None = None
+    hr: Obj,
+    secrets: list[Obj],
+    holding: claims.Holding | None = None,
+    standing: budget.Standing | None = None,
 ) -> StorageVerdict:
     """The storage half of the live-stuck row on ``hr`` and its listed ``secrets``, held
-    against ``holding`` (other claimants first: with two, nothing is judged further)."""
-    verdict = _storage_verdict(hr, secrets)
+    against ``holding`` (other claimants first: with two, nothing is judged further) and,
+    where it would recover, against the recovery budget's ``standing`` (None: none)."""
+    verdict = _held(hr, _storage_verdict(hr, secrets), holding)
+    if verdict.verdict is not Verdict.RECOVER or standing is None:
+        return verdict
+    if standing.may_recover:
+        return replace(verdict, standing=standing)
+    if standing.state is budget.State.GIVEN_UP:
+        stuck = left_stuck(hr, Stuck.GIVEN_UP)
+        return StorageVerdict(Verdict.SKIPPED, standing.words(), verdict.choice, stuck, standing)
+    return StorageVerdict(Verdict.DEFERRED, standing.words(), verdict.choice, None, standing)
+
+
+def _held(hr: Obj, verdict: StorageVerdict, holding: claims.Holding | None) -> StorageVerdict:
+    """``verdict`` held against the other claimants and the tenant identity's authority."""
     holding = holding or claims.Holding()
     if verdict.verdict is Verdict.AWAITING_RETRY:
         return verdict

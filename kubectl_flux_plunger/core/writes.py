@@ -104,15 +104,14 @@ def relinquish_body(hr: Obj) -> Obj:
     }
 
 
-def record_patch(hr: Obj, revision: int) -> Obj:
-    """JSON merge patch recording the revision about to be deleted, locked on resourceVersion."""
+def record_patch(hr: Obj, revision: int, budget: str | None = None) -> Obj:
+    """JSON merge patch recording the revision about to be deleted, locked on resourceVersion,
+    and — in the same patch — the recovery budget's record (``budget.record_value``)."""
     rv, _ = _read_evidence(hr)
-    return {
-        "metadata": {
-            "resourceVersion": rv,
-            "annotations": {constants.PROCESSED_ANNOTATION: str(revision)},
-        }
-    }
+    notes = {constants.PROCESSED_ANNOTATION: str(revision)}
+    if budget is not None:
+        notes[constants.BUDGET_ANNOTATION] = budget
+    return {"metadata": {"resourceVersion": rv, "annotations": notes}}
 
 
 def _evidence_tests(hr: Obj) -> list[Obj]:

@@ -170,7 +170,7 @@ class Executor:
             row=d.row,
             revision=report.revision,
             failed=ending.failed,
-            requeue_after=d.requeue_after,
+            requeue_after=d.requeue_after if ending.requeue_after is None else ending.requeue_after,
             steps=list(report.steps),
             backup=report.backup,
             settled=None if self.kube.dry_run else _settled(report.wrote or hr, ending),

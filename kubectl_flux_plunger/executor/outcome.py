@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from ..core import budget, plan
 from ..core import constants as C
-from ..core import plan
 from ..core.objects import Obj
 from ..core.selector import Selector
 from .backup import Backup
@@ -116,6 +116,8 @@ class Ending:
     detail: str | None = None
     failed: bool = False
     stuck: plan.Stuck | None = None  # a skip that leaves the release stuck (announced)
+    # when the next pass is due (the recovery budget's backoff), overriding the decision's
+    requeue_after: float | None = None
 
 
 def failed(detail: str) -> Ending:
@@ -203,6 +205,10 @@ class Options:
     # what the tenant identity may do (None: no tenant identity is checked)
     claimants: Claimants | None = None
     authority: Authority | None = None
+    # the recovery budget (SPEC §6 "Knowing when to stop"): failed recoveries in a row
+    # back off and end given-up; None: every stuck release is recovered (tests of one
+    # release alone).  serve and `recover` set it; `recover NAME` by hand with by_hand
+    budget: budget.Policy | None = None
 
 
 @dataclass(frozen=True)

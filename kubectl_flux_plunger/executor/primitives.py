@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..core import claims, detect, ownership, plan, storage, writes
+from ..core import budget, claims, detect, ownership, plan, storage, writes
 from ..core.objects import Obj
 from ..kube import JSON, Conflict, Kube, KubeError, core_path
 from ..kube.remote import Remotes, storage_cluster
@@ -37,18 +37,20 @@ def held_verdict(
     secrets: list[Obj],
     options: Options,
     after: str | None = None,
+    standing: budget.Standing | None = None,
 ) -> tuple[plan.StorageVerdict, claims.Holding]:
     """``plan.storage_verdict`` held against every other claimant of the release and, where
     the verdict is to recover, the tenant identity's authority (SPEC §6, "Holding a
-    release"): the executor's and ``status``'s one judgement.  ``after``: see
-    ``Claimants.others``.  Raises KubeError when either cannot be told."""
+    release") and the recovery budget's ``standing``: the executor's and ``status``'s one
+    judgement.  ``after``: see ``Claimants.others``.  Raises KubeError when either cannot
+    be told."""
     others = options.claimants.others(hr, after=after) if options.claimants else ()
     holding = claims.Holding(others)
-    verdict = plan.storage_verdict(hr, secrets, holding)
+    verdict = plan.storage_verdict(hr, secrets, holding, standing)
     if verdict.verdict is not plan.Verdict.RECOVER or options.authority is None:
         return verdict, holding
     holding = claims.Holding(others, options.authority.refusal(hr))
-    return plan.storage_verdict(hr, secrets, holding), holding
+    return plan.storage_verdict(hr, secrets, holding, standing), holding
 
 
 class Primitives:
@@ -265,10 +267,14 @@ class Primitives:
             reread=again,
         )
 
-    def record(self, hr: Obj, revision: int) -> tuple[Obj | None, bool]:
-        """Write the processed-version annotation (rv-locked).  On 409 re-read: while the
-        release is still ours, live and unchanged in spec, retry with the fresh evidence;
-        otherwise return (last read, False) so the caller stops before the delete."""
+    def record(
+        self, hr: Obj, revision: int, standing: budget.Standing | None = None
+    ) -> tuple[Obj | None, bool]:
+        """Write the processed-version annotation (rv-locked), with the recovery budget's
+        record when ``standing`` (the recovery's place in its run) is given.  On 409
+        re-read: while the release is still ours, live and unchanged in spec, retry with
+        the fresh evidence; otherwise return (last read, False) so the caller stops before
+        the delete."""
         generation = hr["metadata"].get("generation")
 
         def attempt(current: Obj) -> tuple[Obj | None, bool]:
@@ -279,8 +285,13 @@ class Primitives:
             ):
                 return current, False
             md = current["metadata"]
+            tally = None
+            if standing is not None:
+                tally = budget.record_value(
+                    current, standing.recoveries, self.clock(), standing.limit, standing.wait
+                )
             return self.kube.merge_patch_hr(
-                md["namespace"], md["name"], writes.record_patch(current, revision)
+                md["namespace"], md["name"], writes.record_patch(current, revision, tally)
             ), True
 
         return self.retry_on_conflict(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ..core import claims, detect, ownership, plan, storage
+from ..core import budget, claims, detect, ownership, plan, storage
 from ..core.objects import Obj
 from ..kube import Kube, KubeError
 from ..kube.remote import RemoteError, Unsupported
@@ -69,44 +69,61 @@ class Recover:
 
     def choose(self, hr: Obj) -> tuple[storage.Choice | None, Report]:
         """List the release's Helm storage and pick the revision to delete (SPEC §4) past
-        the already-processed guard: (the choice, the report naming the revision judged),
-        or (None, the report ended with why there is none)."""
+        the already-processed guard and the recovery budget: (the choice, the report naming
+        the revision judged), or (None, the report ended with why there is none)."""
         return self._choose(hr)[:2]
 
-    def _choose(self, hr: Obj) -> tuple[storage.Choice | None, Report, list[Obj]]:
-        """``choose``, and the storage listed (the decision is made again on it)."""
+    def _choose(
+        self, hr: Obj
+    ) -> tuple[storage.Choice | None, Report, list[Obj], budget.Standing | None]:
+        """``choose``, the storage listed (the decision is made again on it) and where the
+        release stands with its budget (the record writes it)."""
         try:
             secrets = self.prims.list_storage(hr)
         except Unsupported as exc:
             stuck = plan.left_stuck(hr, plan.Stuck.REMOTE_UNSUPPORTED)
-            return None, Report(Ending(Result.SKIPPED, str(exc), stuck=stuck)), []
+            return None, Report(Ending(Result.SKIPPED, str(exc), stuck=stuck)), [], None
         except RemoteError as exc:
-            return None, Report(failed(f"cannot use the remote cluster: {exc}")), []
+            return None, Report(failed(f"cannot use the remote cluster: {exc}")), [], None
         except KubeError as exc:
             where = storage.storage_namespace(hr)
-            return None, Report(failed(f"cannot list Helm storage in namespace {where}: {exc}")), []
+            listed = failed(f"cannot list Helm storage in namespace {where}: {exc}")
+            return None, Report(listed), [], None
+        policy = self.opt.budget
+        standing = None if policy is None else budget.standing(hr, self.prims.clock(), policy)
         try:
-            verdict = self._verdict(hr, secrets)
+            verdict = self._verdict(hr, secrets, standing=standing)
         except KubeError as exc:
-            return None, Report(failed(f"cannot tell who else holds the release: {exc}")), []
+            who = failed(f"cannot tell who else holds the release: {exc}")
+            return None, Report(who), [], None
         choice = verdict.choice
         report = Report(revision=choice.revision.number if choice.revision is not None else None)
         if verdict.verdict is not plan.Verdict.RECOVER:
-            ending = Ending(Result(verdict.verdict.value), verdict.detail, stuck=verdict.stuck)
-            return None, report.end(ending), secrets
-        return choice, report, secrets
+            wait = standing.seconds_left(self.prims.clock()) if standing is not None else 0.0
+            ending = Ending(
+                Result(verdict.verdict.value),
+                verdict.detail,
+                stuck=verdict.stuck,
+                requeue_after=max(wait, 1.0) if verdict.verdict is plan.Verdict.DEFERRED else None,
+            )
+            return None, report.end(ending), secrets, None
+        return choice, report, secrets, verdict.standing
 
     def _verdict(
-        self, hr: Obj, secrets: list[Obj], after: str | None = None
+        self,
+        hr: Obj,
+        secrets: list[Obj],
+        after: str | None = None,
+        standing: budget.Standing | None = None,
     ) -> plan.StorageVerdict:
-        """The storage verdict held against the other claimants and the tenant's
-        authority (``primitives.held_verdict``)."""
-        return held_verdict(hr, secrets, self.opt, after)[0]
+        """The storage verdict held against the other claimants, the tenant's authority
+        and the recovery budget's ``standing`` (``primitives.held_verdict``)."""
+        return held_verdict(hr, secrets, self.opt, after, standing)[0]
 
     def run(self, hr: Obj, watch: ReleaseWatch | None = None) -> Report:
         """The recovery sequence on ``hr``, the fresh read that decided; ``watch`` is the
         watch-list that read came from (the caller closes it), else one is opened here."""
-        choice, report, secrets = self._choose(hr)
+        choice, report, secrets, standing = self._choose(hr)
         if choice is None:
             return report
         rev = choice.revision
@@ -114,12 +131,14 @@ class Recover:
         if self.should_stop():
             return report.end(deferred("shutting down; recovery not started"))
         if watch is not None or self.kube.dry_run:  # a dry run persists nothing to watch
-            return self._recover_watched(hr, (choice, secrets), report, watch)
+            done = self._recover_watched(hr, (choice, secrets, standing), report, watch)
+            return _spent(done, standing)
         # one WATCH from the deciding read: the acquire goes out on the newest state, a
         # 409 is re-decided on what the stream carries, and the handshake waits on it
         own = ReleaseWatch(self.kube, hr, watch_timeout(self.opt))
         try:
-            return self._recover_watched(hr, (choice, secrets), report, own)
+            done = self._recover_watched(hr, (choice, secrets, standing), report, own)
+            return _spent(done, standing)
         finally:
             own.close()
 
@@ -141,12 +160,13 @@ class Recover:
     def _recover_watched(
         self,
         hr: Obj,
-        decided: tuple[storage.Choice, list[Obj]],
+        decided: tuple[storage.Choice, list[Obj], budget.Standing | None],
         report: Report,
         watch: ReleaseWatch | None,
     ) -> Report:
-        """From the acquire on: ``decided`` is the choice and the storage it was made on."""
-        choice, secrets = decided
+        """From the acquire on: ``decided`` is the choice, the storage it was made on and
+        the release's standing with its recovery budget (the record writes it)."""
+        choice, secrets, standing = decided
         rev = choice.revision
         assert rev is not None and rev.number is not None
         first = watch.settle() if watch is not None else hr
@@ -183,7 +203,7 @@ class Recover:
         # From here on every exit relinquishes exactly once.
         current: Obj | None = held
         try:
-            current, report = self._holding(held, rev.number, report, watch)
+            current, report = self._holding(held, rev.number, report, watch, standing)
             if current is not None and report.ending is None:
                 choice, report = self._decide_again(hr, current, (choice, secrets), report)
             if current is not None and report.ending is None:
@@ -197,7 +217,12 @@ class Recover:
         return report
 
     def _holding(
-        self, held: Obj, revision: int, report: Report, watch: ReleaseWatch | None = None
+        self,
+        held: Obj,
+        revision: int,
+        report: Report,
+        watch: ReleaseWatch | None = None,
+        standing: budget.Standing | None = None,
     ) -> tuple[Obj | None, Report]:
         """While holding the release: wait for helm-controller's handshake, then record the
         revision rv-locked to the state just judged.  Returns that state and the report
@@ -219,7 +244,7 @@ class Recover:
             )
         # 2. record the revision, locked to the resourceVersion of the state just
         #    judged: its answer is the re-read (any write since → 409 → re-decided)
-        current, recorded = self.prims.record(current, revision)
+        current, recorded = self.prims.record(current, revision, standing)
         if current is None or detect.is_terminating(current):
             return current, report.end(deferred(TERMINATING_DETAIL))
         if not recorded:
@@ -377,3 +402,16 @@ class Recover:
             if not exc.conflict:
                 self.prims.event(current, plan.UNSUSPEND_FAILED)
             return report.but(f"could not lift our suspension ({exc}); {leftover_hint(current)}")
+
+
+def _spent(report: Report, standing: budget.Standing | None) -> Report:
+    """A recovery by hand (``recover NAME``) that the budget would have kept back says
+    so: it spent the budget and starts a new run."""
+    ending = report.ending
+    if standing is None or not standing.spent or ending is None:
+        return report
+    spent = (
+        f"the recovery budget was spent ({standing.run_words()}); recovered by hand regardless, "
+        "which starts a new run"
+    )
+    return report.end(replace(ending, detail=f"{ending.detail}; {spent}"))

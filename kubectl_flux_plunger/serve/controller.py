@@ -26,6 +26,7 @@ from types import FrameType
 
 from ..core import plan
 from ..core.bounded import Recent
+from ..core.budget import Policy
 from ..core.selector import Selector
 from ..core.selector import parse as parse_selector
 from ..executor import Executor, Options, Result
@@ -149,6 +150,7 @@ class Controller:
                 backup=backup,
                 claimants=claimants,
                 authority=TenantAuthority(self.kube, cfg.default_service_account),
+                budget=Policy(cfg.max_failed_recoveries, cfg.recovery_backoff),
             ),
             should_stop=self._should_stop,
             remotes=Remotes(self.kube, default_service_account=cfg.default_service_account),
@@ -273,7 +275,7 @@ class Controller:
         )
         if self.stopping.is_set():
             return None
-        if out.failed or out.result == Result.DEFERRED:
+        if out.failed or (out.result == Result.DEFERRED and not out.requeue_after):
             self.queue.add_rate_limited(key)
             return None
         self.queue.forget(key)

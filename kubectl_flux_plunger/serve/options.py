@@ -102,6 +102,9 @@ class ServeConfig:
     fence_recheck: float = C.FENCE_RECHECK_SECONDS
     fence_warn_after: float = C.FENCE_HELD_WARN_SECONDS
     handshake_timeout: float = 30.0
+    # the recovery budget (SPEC §6 "Knowing when to stop"; core/budget.py)
+    max_failed_recoveries: int = 3
+    recovery_backoff: float = 30.0
     overlap_check: float = 60.0  # while leading: compare our scope with the other Leases'
     metrics_addr: Address | None = ("", 8080)
     probe_addr: Address | None = ("", 8081)
@@ -149,6 +152,8 @@ class ServeConfig:
             return "--selector must not be empty"
         if self.request_timeout is not None and self.request_timeout < 0:
             return "--request-timeout must not be negative"
+        if self.max_failed_recoveries < 1:
+            return "--max-failed-recoveries must be at least 1"
         return None
 
     def timings_problem(self) -> str | None:
@@ -163,6 +168,7 @@ class ServeConfig:
             ("--fence-recheck-interval", self.fence_recheck),
             ("--fence-held-warn-after", self.fence_warn_after),
             ("--handshake-timeout", self.handshake_timeout),
+            ("--recovery-backoff", self.recovery_backoff),
             ("--scope-overlap-check-interval", self.overlap_check),
         ]
         grace = self.termination_grace_period

@@ -13,10 +13,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ..core import plan
+from ..core.budget import Policy
 from ..core.objects import Obj
 from ..core.plan import Row
 from ..executor import Executor, Options, Outcome, Result
@@ -179,6 +180,9 @@ class Once:
     # helm-controller's --default-service-account: the tenant identity of a HelmRelease
     # without spec.serviceAccountName (kube.authority)
     default_service_account: str | None = None
+    # the recovery budget (SPEC §6 "Knowing when to stop"); a release named on the command
+    # line is recovered by hand: once, whatever the budget says (``Policy.by_hand``)
+    budget: Policy = field(default_factory=Policy)
 
 
 class Progress(Protocol):
@@ -271,6 +275,7 @@ def run_once(
         covered=covered,
         claimants=claimants,
         authority=TenantAuthority(kube, once.default_service_account),
+        budget=replace(once.budget, by_hand=bool(selection.names)),
     )
     executor = Executor(
         kube,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass, field
 
-from ..core import claims, detect, ownership, plan, storage
+from ..core import budget, claims, detect, ownership, plan, storage
 from ..core import constants as C
 from ..core.objects import Obj
 from ..executor import Options
@@ -54,6 +54,9 @@ class Row:
     hold: Obj | None = None
     # the other HelmReleases naming the same Helm release (``claimed-twice``), as keys
     claimants: list[str] = field(default_factory=list)
+    # the recovery budget (``budget.as_dict``) while a run of recoveries is recorded and
+    # not ended by a change; None otherwise
+    budget: Obj | None = None
 
     def as_dict(self) -> Obj:
         return asdict(self)
@@ -348,6 +351,8 @@ def _row(
     others: tuple[str, ...] = ()
     release, ns = storage.release_name(hr), storage.storage_namespace(hr)
     revision, helm_status, note, cluster = None, "-", "", "local"
+    # as the controller that recorded the run judges it (its limit and first wait)
+    standing = budget.standing(hr, now)
     try:
         store: Kube | None = remotes.storage_kube(hr)
     except RemoteError as exc:
@@ -357,7 +362,7 @@ def _row(
         cluster = storage_cluster(store)
         try:
             secrets = list_storage(store, hr)
-            verdict, holding = _judged(hr, secrets, state, held)
+            verdict, holding = _judged(hr, secrets, state, held, standing)
             others = holding.others
             choice = verdict.choice
             if choice.revision is not None:
@@ -370,6 +375,10 @@ def _row(
                 state = plan.Stuck.CLAIMED_TWICE.value
             elif state == "stuck" and holding.refused and verdict.verdict is plan.Verdict.SKIPPED:
                 state = plan.Stuck.OUTSIDE_AUTHORITY.value
+            elif state == "stuck" and verdict.stuck is plan.Stuck.GIVEN_UP:
+                state = plan.Stuck.GIVEN_UP.value
+            elif state == "stuck" and verdict.verdict is plan.Verdict.DEFERRED:
+                state = budget.State.WAITING.value
         except KubeError as exc:
             helm_status, note = "<unreadable>", f"cannot list Helm storage: {exc}"
     if state == "failing":
@@ -405,14 +414,28 @@ def _row(
         suspended_by=suspenders(hr),
         hold=hold,
         claimants=list(others),
+        budget=_budget(hr, standing),
     )
 
 
+def _budget(hr: Obj, standing: budget.Standing) -> Obj | None:
+    """The recovery budget for ``-o json``: while a run is recorded and not ended."""
+    if budget.parse(hr) is None or standing.state is budget.State.FRESH:
+        return None
+    return budget.as_dict(standing, hr)
+
+
 def _judged(
-    hr: Obj, secrets: list[Obj], state: str, held: Options | None
+    hr: Obj,
+    secrets: list[Obj],
+    state: str,
+    held: Options | None,
+    standing: budget.Standing | None = None,
 ) -> tuple[plan.StorageVerdict, claims.Holding]:
     """The storage verdict; for a stuck release held against ``held`` (the claimants and
-    the tenant's authority, as ``recover`` holds it)."""
-    if held is None or state != "stuck":
+    the tenant's authority, as ``recover`` holds it) and its recovery budget."""
+    if state != "stuck":
         return plan.storage_verdict(hr, secrets), claims.Holding()
-    return held_verdict(hr, secrets, held)
+    if held is None:
+        return plan.storage_verdict(hr, secrets, None, standing), claims.Holding()
+    return held_verdict(hr, secrets, held, None, standing)

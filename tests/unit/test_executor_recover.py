@@ -103,7 +103,7 @@ class Prims:
         assert hr_["metadata"]["name"] == "demo"   # on the release itself
         self.events.append(spec.reason)
 
-    def record(self, current, revision):
+    def record(self, current, revision, standing=None):
         self.calls.append(("record", current["metadata"]["resourceVersion"], revision))
         if self.record_answer is None:
             out = copy.deepcopy(current)
