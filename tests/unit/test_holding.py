@@ -402,3 +402,30 @@ def test_status_of_a_release_held_by_nobody_else_stays_stuck():
     row = status_row(Options(claimants=Claimants(), authority=Authority()))
     assert row.state == "stuck" and row.revision == 2
     assert status_row(None).state == "stuck"
+
+
+def test_status_shows_given_up_and_backing_off_with_the_budget():
+    """The recovery budget (issue 57) as status shows it: the record's own limit and wait."""
+    from kubectl_flux_plunger.core import budget
+    from kubectl_flux_plunger.core import constants as C
+
+    now = dt.datetime.now(dt.timezone.utc)
+
+    def row_after(recoveries: int, at: dt.datetime) -> status.Row:
+        release = stuck()
+        release["metadata"].setdefault("annotations", {})[C.BUDGET_ANNOTATION] = (
+            budget.record_value(release, recoveries, at, 3, 30.0))
+        release["metadata"]["annotations"][C.PROCESSED_ANNOTATION] = "3"
+        return status._row(Remotes(), release, "stuck", now, None, None)  # type: ignore[arg-type]
+
+    given_up = row_after(3, now - dt.timedelta(hours=1))
+    assert given_up.state == "given-up"
+    assert given_up.note.startswith("given up: 3 failed recoveries in a row (limit 3)")
+    assert given_up.budget is not None
+    assert (given_up.budget["state"], given_up.budget["failedRecoveries"]) == ("given-up", 3)
+    backing_off = row_after(1, now)
+    assert backing_off.state == "backing-off"
+    assert backing_off.budget is not None and backing_off.budget["nextRecovery"] is not None
+    due = row_after(1, now - dt.timedelta(minutes=5))
+    assert due.state == "stuck" and due.budget is not None and due.budget["state"] == "due"
+    assert status_row(None).budget is None

@@ -86,3 +86,15 @@ def test_a_failed_or_deferred_pass_backs_off_and_settles_nothing(ending):
     c.queue.add("apps/demo", "290")
     assert one_pass(c) is None
     assert c.queue.failures("apps/demo") == 1 and c.queue.waiting() == 1
+
+
+def test_a_release_backing_off_is_queued_again_when_its_wait_is_out():
+    """The recovery budget's backoff (issue 57): a deferral with its own requeue is armed
+    for then, not rate-limited (no pass every second while the wait runs)."""
+    c = controller(outcome(Result.DEFERRED, Row.LIVE_STUCK, requeue_after=45.0))
+    c.queue.add("apps/demo")
+    assert one_pass(c) is None
+    assert c.queue.failures("apps/demo") == 0          # not a failure backoff
+    assert c.queue.get(timeout=0) is None              # nothing due before the wait is out
+    due = c.queue._due["apps/demo"]
+    assert 44.0 < due - c.queue._clock() <= 45.0
