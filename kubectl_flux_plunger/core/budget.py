@@ -151,9 +151,13 @@ def _aware(now: datetime) -> datetime:
     return now if now.tzinfo else now.replace(tzinfo=timezone.utc)
 
 
-def stamp(when: datetime) -> str:
-    """RFC 3339, seconds, UTC."""
-    return _aware(when).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def stamp(when: datetime, *, millis: bool = False) -> str:
+    """RFC 3339 in UTC, to the second (or the millisecond: the record's own time, so the
+    backoff is measured from when the recovery was recorded, not the second before)."""
+    utc = _aware(when).astimezone(timezone.utc)
+    if millis:
+        return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _int(value: Any) -> int | None:
@@ -330,7 +334,7 @@ def record_value(hr: Obj, recoveries: int, now: datetime, limit: int, wait: floa
     return json.dumps(
         {
             "recoveries": recoveries,
-            "at": stamp(now),
+            "at": stamp(now, millis=True),
             "limit": limit,
             "wait": wait,
             "spec": spec_digest(hr),

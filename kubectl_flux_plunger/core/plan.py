@@ -243,9 +243,6 @@ def wanted_on_change(hr: Obj) -> bool:
 
     * Ready is Unknown: helm-controller is running an action; it ends with Ready True (not
       stuck) or False (stuck, wanted);
-    * the release is given up (``budget.given_up``, on its record alone): helm-controller
-      retrying it starts no pass; a change that ends the run (a new spec, chart, values,
-      `flux reconcile`, a deployed revision) does;
     * a recovery awaits helm-controller's retry (``recovery_awaits_retry``): a pass would
       find it awaiting; helm-controller's attempt writes lastAttemptedGeneration, and a
       release still stuck after it is wanted again.  (The one case where storage would
@@ -259,7 +256,7 @@ def wanted_on_change(hr: Obj) -> bool:
         return False
     if is_suspended(hr) or is_fenced(hr):
         return True
-    return not (ready_unknown(hr) or recovery_awaits_retry(hr) or budget.given_up(hr))
+    return not (ready_unknown(hr) or recovery_awaits_retry(hr))
 
 
 class Verdict(str, enum.Enum):

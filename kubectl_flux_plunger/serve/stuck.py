@@ -30,6 +30,11 @@ class LeftStuck:
             else:
                 self._causes[key] = cause
 
+    def cause(self, key: str) -> Stuck | None:
+        """Why ``key`` is counted as left stuck, if it is."""
+        with self._lock:
+            return self._causes.get(key)
+
     def forget(self, key: str) -> None:
         """The watch saw ``key`` no longer stuck, or deleted."""
         with self._lock:

@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
 
-from ..core import plan
+from ..core import budget, plan
 from ..core.claims import ClaimIndex
 from ..core.detect import is_fenced, is_stuck, is_terminating, parse_timestamp
 from ..core.objects import Obj, compare_resource_versions
@@ -238,8 +238,14 @@ class Watcher:
                 self._held.pop(key, None)
         if self.metrics is not None and (deleted or not is_stuck(hr)):
             self.metrics.left_stuck.forget(key)  # repaired (no pass follows) or gone
-        if not deleted and plan.wanted_on_change(hr):
+        if not deleted and plan.wanted_on_change(hr) and not self._given_up(key, hr):
             self.queue.add(key, (hr.get("metadata") or {}).get("resourceVersion") or None)
+
+    def _given_up(self, key: str, hr: Obj) -> bool:
+        """Given up (issue 57) by a pass that announced it, and still so on its record:
+        helm-controller's retries of it start no pass; a change that ends the run does."""
+        counted = self.metrics is not None and self.metrics.left_stuck.cause(key)
+        return counted is plan.Stuck.GIVEN_UP and budget.given_up(hr)
 
     # -- sync ----------------------------------------------------------------------
 

@@ -135,5 +135,5 @@ def test_the_primitive_writes_the_record_in_the_same_patch():
     prims.record(release, 2)
     first, second = (p["metadata"]["annotations"] for p in kube.patches)
     assert json.loads(first[C.BUDGET_ANNOTATION])["recoveries"] == 2
-    assert json.loads(first[C.BUDGET_ANNOTATION])["at"] == "2026-12-07T01:00:00Z"
+    assert json.loads(first[C.BUDGET_ANNOTATION])["at"] == "2026-12-07T01:00:00.000Z"
     assert second == {C.PROCESSED_ANNOTATION: "2"}

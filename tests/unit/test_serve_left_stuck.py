@@ -91,3 +91,39 @@ def test_every_sample_carries_the_install_s_lease():
     bare = samples(Metrics())
     assert ("flux_plunger_leader", ()) in bare
     assert not any("lease" in dict(labels) for _, labels in bare)
+
+
+def test_the_watch_passes_no_more_over_a_release_given_up_and_announced():
+    """issue 57: the pass that gives a release up announces it (counted here); after it,
+    helm-controller's writes of the still given-up release start no pass — but they do
+    before the announcement, and a change that ends the run (requestedAt) does."""
+    import json as json_
+
+    from kubectl_flux_plunger.core import budget
+    from kubectl_flux_plunger.core import constants as C
+
+    from .test_serve_watch import queued
+
+    def given_up(rv: str, **notes: str) -> dict:
+        r = release("g", rv, stuck=True)
+        r["status"]["lastAttemptedGeneration"] = 1  # helm-controller failed it again
+        value = json_.loads(budget.record_value(r, 3, budget.datetime.now(budget.timezone.utc),
+                                                3, 30.0))
+        r["metadata"]["annotations"] = {C.BUDGET_ANNOTATION: json_.dumps(value),
+                                        C.PROCESSED_ANNOTATION: "2", **notes}
+        return r
+
+    metrics = Metrics()
+    pages = [([given_up("5")], "10")]
+    _, _, _, queue = run([pages], [[event("MODIFIED", given_up("11"))]], metrics=metrics)
+    assert queued(queue) == ["apps/g"]            # not yet announced: passed over
+    metrics.observe(Outcome("apps", "g", Result.SKIPPED, "", row=Row.LIVE_STUCK,
+                            left_stuck=Stuck.GIVEN_UP))
+    assert metrics.left_stuck.cause("apps/g") is Stuck.GIVEN_UP
+    w, _, _, queue = run([pages], [], metrics=metrics)
+    assert queued(queue) == ["apps/g"]            # the sync keeps the whole predicate
+    w._seen(given_up("12"))                        # helm-controller's retry: no pass
+    assert queued(queue) == []
+    w._seen(given_up("13", **{"reconcile.fluxcd.io/requestedAt": "now"}))
+    assert queued(queue) == ["apps/g"]            # `flux reconcile` ends the run
+    assert metrics.left_stuck.cause("apps/nothing") is None
