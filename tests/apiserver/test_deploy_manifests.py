@@ -342,6 +342,9 @@ def test_chart_refuses_a_grace_period_the_drain_cannot_use(helm, value, schema, 
     ('workers=0', "at '/workers'"),
     ('defaultServiceAccount="Tenant SA"', "at '/defaultServiceAccount'"),
     ('defaultServiceAccount="default"', None),
+    ('maxFailedRecoveries=0', "at '/maxFailedRecoveries'"),
+    ('recoveryBackoff="soon"', "at '/recoveryBackoff'"),
+    ('recoveryBackoff="1m30s"', None),
 ])
 def test_values_schema_is_enforced_by_helm_lint_and_template(helm, value, message):
     for verb in ("lint", "template"):
@@ -376,6 +379,17 @@ def test_default_service_account_mirrors_helm_controllers_flag(helm):
                      chart_last=True)
     assert notes.returncode == 0, notes.stderr
     assert "as ServiceAccount default of its own namespace" in notes.stdout
+
+
+def test_the_recovery_budget_values_reach_serves_flags(helm):
+    """issue 57: maxFailedRecoveries and recoveryBackoff; unset, serve's defaults."""
+    args = lambda docs: find(docs, "Deployment", "flux-plunger")["spec"]["template"][  # noqa: E731
+        "spec"]["containers"][0]["args"]
+    assert not [a for a in args(render_chart(helm)) if "recover" in a]
+    set_ = render_chart(helm, "flux-plunger", "maxFailedRecoveries=5",
+                        'recoveryBackoff="1m"')
+    assert "--max-failed-recoveries=5" in args(set_)
+    assert "--recovery-backoff=1m" in args(set_)
 
 
 def test_image_value_with_registry_and_digest_and_metrics_options(helm):
