@@ -1,0 +1,126 @@
+"""The recovery budget (issue 57) with the real helm-controller: a chart whose post-install
+and pre-delete hooks never finish, ``serve`` running.  Before issue 57 serve recovered such
+a release every ~21 s for ever, re-running the hooks each time.  Now: at most
+``--max-failed-recoveries`` recoveries, the second waiting ``--recovery-backoff``, then
+``given-up`` (one Warning ``RecoverySkipped``, ``status`` says so); the hook Jobs
+helm-controller created over the run, counted from the audit log, are at most N + 1 per hook;
+then the chart is fixed (a new artifact revision) and serve recovers it to Ready=True by
+itself.  Runs on every helm-controller version the suite runs."""
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+
+from kubectl_flux_plunger.core import constants as C
+from kubectl_flux_plunger.core import plan
+from kubectl_flux_plunger.core.detect import parse_timestamp
+from testplane.cluster import Cluster, eventually
+from testplane.helmctl import (FIXED_VERSION, hooked_release, publish_version,
+                               release_statuses, wait_released)
+
+from tests.apiserver.test_serve_support import FAST, serve  # noqa: F401 - fixture
+
+LIMIT = 2
+BACKOFF = 20  # seconds: longer than one install-and-remediate cycle (~15 s), so it shows
+
+
+def _given_up(cluster, ns: str, name: str) -> list[dict]:
+    return [e for e in cluster.events(ns, name)
+            if e["reason"] == "RecoverySkipped"
+            and e["message"] == plan.RECOVERY_SKIPPED[plan.Stuck.GIVEN_UP].message]
+
+
+class HookJobs:
+    """Every hook Job helm-controller creates in ``ns``, by uid: each lives at least the
+    hook timeout (it never finishes; the next run of its hook deletes it first), so a LIST
+    every 200 ms sees each one."""
+
+    def __init__(self, cluster, ns: str):
+        self.cluster, self.ns = cluster, ns
+        self.seen: dict[str, str] = {}  # uid -> name
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+
+    def _loop(self):
+        while not self._stop.is_set():
+            try:
+                listed = self.cluster.kube.request(
+                    "LIST", "GET", f"/apis/batch/v1/namespaces/{self.ns}/jobs")
+            except Exception:  # noqa: BLE001 - a failed LIST is tried again
+                listed = {}
+            for job in listed.get("items") or []:
+                self.seen[job["metadata"]["uid"]] = job["metadata"]["name"]
+            self._stop.wait(0.2)
+
+    def per_hook(self) -> Counter:
+        return Counter(self.seen.values())
+
+
+def _audit(plane, since: int, ns: str, resource: str, verb: str) -> list[dict]:
+    return [e for e in plane.audit_events(since)
+            if (e.get("objectRef") or {}).get("resource") == resource
+            and (e.get("objectRef") or {}).get("namespace") == ns
+            and e.get("verb") == verb and (e.get("responseStatus") or {}).get("code", 0) < 300]
+
+
+def test_a_chart_that_keeps_failing_is_given_up_then_recovered_once_fixed(
+        plane, helm_controller, chart_server, cluster, ns, serve, cli):  # noqa: F811
+    name = "failing"
+    mark = plane.audit_mark()
+    s = serve("-n", ns, "--leader-election-namespace", ns, *FAST,
+              "--max-failed-recoveries", str(LIMIT), "--recovery-backoff", f"{BACKOFF}s")
+    eventually(s.leads, 30, "serve leads")
+    # the install fails on its post-install hook, the remediation's uninstall on its
+    # pre-delete hook: StateError, for ever (retries 3: the limit stays serve's 2)
+    publish_version(cluster.kube, ns, name, chart_server, "0.1.0", ("post-install", "pre-delete"))
+    with HookJobs(cluster, ns) as hooks:
+        Cluster(cluster.kube).apply(hooked_release(ns, name, install={"retries": 3}),
+                                    manager="kustomize-controller")
+        events = eventually(lambda: _given_up(cluster, ns, name), 240, "the given-up Warning")
+        # the last attempt's pre-delete hook Job exists before the StateError it ends in
+    hr = cluster.get(ns, name)
+    record = json.loads(hr["metadata"]["annotations"][C.BUDGET_ANNOTATION])
+    assert record["recoveries"] == LIMIT and record["limit"] == LIMIT, record
+    (event,) = events
+    assert event["type"] == "Warning"
+    res = cli("status", "-n", ns, name, "-o", "json")
+    assert res.code == 0, res
+    (item,) = json.loads(res.out)["items"]
+    assert item["state"] == "given-up", item
+    assert (item["budget"]["failedRecoveries"], item["budget"]["limit"]) == (LIMIT, LIMIT)
+    assert "recover-by-hand" in item["budget"]["resetsOn"]
+
+    # the recoveries: serve's DELETEs of the storage, the second after the backoff
+    deletes = [e for e in _audit(plane, mark, ns, "secrets", "delete")
+               if (e.get("userAgent") or "").startswith("kubectl-flux-plunger/")
+               and e["objectRef"]["name"].startswith(f"sh.helm.release.v1.{name}.")]
+    assert len(deletes) == LIMIT, [e["objectRef"]["name"] for e in deletes]
+    times = [parse_timestamp(e["requestReceivedTimestamp"]) for e in deletes]
+    assert (times[1] - times[0]).total_seconds() >= BACKOFF, times
+    # the hook Jobs helm-controller created: the attempt that got it stuck and one per
+    # recovery — at most N + 1 per hook
+    jobs = hooks.per_hook()
+    assert set(jobs) == {f"{name}-post-install", f"{name}-pre-delete"}, jobs
+    assert all(n == LIMIT + 1 for n in jobs.values()), jobs
+    assert s.metric("flux_plunger_releases_left_stuck", reason="given-up") == 1.0
+
+    # the chart is fixed: a new artifact revision ends the run, serve recovers it by itself
+    publish_version(cluster.kube, ns, name, chart_server, FIXED_VERSION)
+    hr = wait_released(cluster.kube, ns, name, 1, FIXED_VERSION)
+    assert hr["spec"].get("suspend") is None
+    assert C.FENCE not in (hr["metadata"].get("finalizers") or [])
+    assert json.loads(hr["metadata"]["annotations"][C.BUDGET_ANNOTATION])["recoveries"] == 1
+    assert release_statuses(cluster.kube, ns, name) == {1: "deployed"}
+    eventually(lambda: s.metric("flux_plunger_releases_left_stuck", reason="given-up") == 0.0,
+               15, "no longer counted as left stuck")
+    s.signal()
+    assert s.wait(30) == 0
