@@ -16,6 +16,7 @@ notification-controller's own duplicate filter is turned off (``--rate-limit-int
 1ms): a duplicate flux-plunger posted would reach the receiver."""
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -249,3 +250,42 @@ def test_the_documented_alert_routes_flux_plungers_events_only(nc, receiver, clu
     eventually(arrived, 60, "the kinds of flux-plunger Warning events at the receiver")
     notifier.close()
     assert all(pattern.search(m) for m in wanted)
+
+
+def test_a_release_given_up_is_one_error_notification(
+        helm_controller, chart_server, cluster, ns, nc, routed, serve):  # noqa: F811
+    """issue 57: a chart whose hooks never finish, serve with --max-failed-recoveries 1:
+    one recovery (its notification), the release stuck again, given up — one Warning
+    ``RecoverySkipped`` delivered as one notification of severity ``error``, cause
+    ``given-up``; then `flux reconcile` ends the run and serve recovers it again."""
+    from kubectl_flux_plunger.core.plan import RECOVERY_SKIPPED, Stuck
+    from testplane.cluster import Cluster
+    from testplane.helmctl import hooked_release, publish_version
+
+    name = "failing"
+    s = serve("-n", ns, "--no-leader-elect", "--events-addr", nc.address, *FAST,
+              "--max-failed-recoveries", "1")
+    publish_version(cluster.kube, ns, name, chart_server, "0.1.0", ("post-install", "pre-delete"))
+    Cluster(cluster.kube).apply(hooked_release(ns, name, install={"retries": 3}),
+                                manager="kustomize-controller")
+    eventually(lambda: [b for b in routed.received() if b["reason"] == "RecoverySkipped"],
+               240, "the given-up notification")
+    eventually(lambda: s.metric("flux_plunger_notifications_total", result="sent")
+               == len(routed.received()), 20, "serve's sent count to match the receiver")
+    got = routed.received()
+    assert [(b["reason"], b["severity"]) for b in got] == [
+        ("Recovered", "info"), ("RecoverySkipped", "error")], got
+    note = got[1]
+    assert note["involvedObject"]["name"] == name
+    assert note["message"] == RECOVERY_SKIPPED[Stuck.GIVEN_UP].message
+    assert note["metadata"]["cause"] == "given-up"
+    assert note["metadata"]["detail"].startswith("given up: 1 failed recovery in a row"), note
+    # `flux reconcile` ends the run: serve recovers it again (a new run), one more
+    # notification
+    request_reconcile(cluster.kube, ns, name)
+    eventually(lambda: [b["reason"] for b in routed.received()].count("Recovered") == 2,
+               120, "a recovery after the reconcile request")
+    hr = cluster.get(ns, name)
+    record = json.loads(hr["metadata"]["annotations"][C.BUDGET_ANNOTATION])
+    asked = hr["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"]
+    assert record["recoveries"] == 1 and record["asked"].startswith(asked + "|"), record
