@@ -410,8 +410,9 @@ def _spent(report: Report, standing: budget.Standing | None) -> Report:
     ending = report.ending
     if standing is None or not standing.spent or ending is None:
         return report
+    what = "was spent" if standing.state is budget.State.GIVEN_UP else "was backing off"
     spent = (
-        f"the recovery budget was spent ({standing.run_words()}); recovered by hand regardless, "
+        f"the recovery budget {what} ({standing.run_words()}); recovered by hand regardless, "
         "which starts a new run"
     )
     return report.end(replace(ending, detail=f"{ending.detail}; {spent}"))

@@ -108,6 +108,11 @@ def test_by_hand_recovers_regardless_and_says_the_budget_was_spent():
         "it again; the recovery budget was spent (3 failed recoveries in a row (limit 3)); "
         "recovered by hand regardless, which starts a new run")
     assert [s.recoveries for s in prims.standings] == [1]
+    rep, _, _ = run_on(stuck_after(1), T0, Policy(by_hand=True))
+    assert rep.ending is not None and rep.ending.result is Result.RECOVERED
+    assert rep.ending.detail is not None and rep.ending.detail.endswith(
+        "; the recovery budget was backing off (1 failed recovery in a row (limit 3)); "
+        "recovered by hand regardless, which starts a new run")
     # within the budget a recovery by hand says nothing of it
     rep, _, _ = run_on(stuck_after(None), T0, Policy(by_hand=True))
     assert rep.ending is not None and "budget" not in (rep.ending.detail or "")
