@@ -206,7 +206,7 @@ def spec_digest(hr: Obj) -> str:
     operator's."""
     spec = dig(hr, "spec")
     spec = {k: v for k, v in spec.items() if k != "suspend"} if isinstance(spec, dict) else {}
-    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 

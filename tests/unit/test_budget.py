@@ -378,3 +378,93 @@ def test_the_budget_for_status_json():
         "resetsOn": [],
     }
     assert str(State.GIVEN_UP) == "given-up" and str(Reset.SPEC) == "spec"
+
+
+# -- what the mutants of core/budget.py found untested (hack/mutation.sh --module budget) ---
+
+
+def test_the_digest_is_of_the_canonical_spec():
+    import hashlib
+
+    release = {"spec": {"b": 2, "a": {"d": 1, "c": 2}, "suspend": True}}
+    canonical = '{"a":{"c":2,"d":1},"b":2}'
+    assert budget.spec_digest(release) == hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    reordered = {"spec": {"a": {"c": 2, "d": 1}, "b": 2}}
+    assert budget.spec_digest(reordered) == budget.spec_digest(release)
+
+
+def test_the_record_value_is_compact_and_carries_the_requests():
+    release = stuck(annotations={"reconcile.fluxcd.io/requestedAt": "r1",
+                                 "reconcile.fluxcd.io/resetAt": "x"})
+    value = budget.record_value(release, 1, T0, 2, 10.0)
+    assert value == (
+        '{"recoveries":1,"at":"2026-12-07T01:00:00.000Z","limit":2,"wait":10.0,'
+        f'"spec":"{budget.spec_digest(release)}","chart":"0.1.0","values":"sha256:values",'
+        '"asked":"r1||x"}'
+    )
+
+
+def test_stamps_are_utc_to_the_millisecond(monkeypatch):
+    import time
+
+    plus_two = timezone(timedelta(hours=2))
+    when = datetime(2026, 12, 7, 3, 0, 0, 999_999, tzinfo=plus_two)
+    monkeypatch.setenv("TZ", "America/New_York")  # the local zone never leaks in
+    time.tzset()
+    try:
+        assert budget.stamp(when, millis=True) == "2026-12-07T01:00:00.999Z"
+        assert budget.stamp(when) == "2026-12-07T01:00:00Z"
+        half = when.replace(microsecond=500_000)
+        assert budget.stamp(half, millis=True) == "2026-12-07T01:00:00.500Z"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+def test_an_aware_clock_in_another_zone_is_the_same_instant():
+    plus_two = timezone(timedelta(hours=2))
+    now = (T0 + timedelta(seconds=29)).astimezone(plus_two)
+    assert budget.standing(stuck(1), now, Policy()).state is State.WAITING
+
+
+def test_the_first_wait_is_the_deciders_else_the_records():
+    ten = Policy(first_wait=10.0)
+    assert budget.standing(stuck(1), T0 + timedelta(seconds=10), ten).state is State.DUE
+    five = stuck(1, record_over={"wait": 5})
+    rec = budget.parse(five)
+    assert rec is not None and rec.wait == 5.0
+    assert budget.standing(five, T0 + timedelta(seconds=5), None).state is State.DUE
+    assert budget.standing(five, T0 + timedelta(seconds=4), None).state is State.WAITING
+    zero = budget.parse(stuck(1, record_over={"wait": 0, "limit": 1}))
+    assert zero is not None and (zero.wait, zero.limit) == (0.0, 1)
+    # the standing carries the wait that applied, in every state
+    for release, now in ((stuck(), T0), (stuck(3), T0), (stuck(1), T0),
+                         (stuck(1), T0 + timedelta(minutes=5))):
+        assert budget.standing(release, now, ten).wait == 10.0
+
+
+def test_a_due_standing_keeps_when_it_became_due_but_shows_no_next_recovery():
+    release = stuck(1)
+    due = budget.standing(release, T0 + timedelta(minutes=5), Policy())
+    assert due.state is State.DUE and due.next_at == T0 + timedelta(seconds=30)
+    assert budget.as_dict(due, release)["nextRecovery"] is None
+
+
+@pytest.mark.parametrize(
+    ("spec", "action", "limit"),
+    [
+        # the action named picks its own retries, even when the other's are fewer
+        ({"install": {"remediation": {"retries": 2}}, "upgrade": {"remediation": {"retries": 1}}},
+         "install", 2),
+        # no action recorded: either one set counts
+        ({"install": {"remediation": {"retries": 1}}}, None, 1),
+        ({"upgrade": {"remediation": {"retries": 1}}}, None, 1),
+    ],
+)
+def test_the_retries_of_the_action_helm_controller_attempted(spec, action, limit):
+    release = stuck(1, spec_extra=spec)
+    if action is None:
+        del release["status"]["lastAttemptedReleaseAction"]
+    else:
+        release["status"]["lastAttemptedReleaseAction"] = action
+    assert budget.limit_for(release, 3) == limit
