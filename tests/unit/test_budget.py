@@ -326,11 +326,13 @@ def test_the_verdict_defers_while_backing_off():
     v = verdict(stuck(1), T0 + timedelta(seconds=10))
     assert (v.verdict, v.stuck) == (plan.Verdict.DEFERRED, None)
     assert v.detail.startswith("backing off: 1 failed recovery in a row")
+    assert v.standing is not None and v.standing.state is State.WAITING
 
 
 def test_the_verdict_gives_up_announced():
     v = verdict(stuck(3), T0)
     assert (v.verdict, v.stuck) == (plan.Verdict.SKIPPED, plan.Stuck.GIVEN_UP)
+    assert v.standing is not None and v.standing.state is State.GIVEN_UP
     assert plan.RECOVERY_SKIPPED[plan.Stuck.GIVEN_UP].reason == "RecoverySkipped"
     # not announced while helm-controller's failure is not current (mid-action)
     unknown = stuck(3)
