@@ -29,20 +29,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import storage
+from .detect import dig as _dig
 from .objects import Obj
 
 # A claim: "<cluster>\x00<storage namespace>\x00<release name>" — one string, so an index of
 # tens of thousands of releases costs two dict entries per release (serve keeps it)
 Claim = str
 _SEP = "\x00"
-
-
-def _dig(obj: object, *keys: str) -> object:
-    for key in keys:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def _text(value: object) -> str:
