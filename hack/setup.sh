@@ -50,6 +50,11 @@ late() {
   local floor_pid= floor_log
   floor_log=${SETUP_MARKS:-$(mktemp -d)}/floor.log
   if [ "$(uname -sm)" = "Linux x86_64" ] && [ "$(id -u)" = 0 ]; then
+    # debootstrap from Debian's packages where the machine lacks it (a fresh machine may)
+    if ! command -v debootstrap >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >"${floor_log%.log}-apt.log" 2>&1 \
+        || echo "warning: could not install debootstrap (log: ${floor_log%.log}-apt.log)" >&2
+    fi
     { .venv/bin/python krew/build.py --fetch-floor && mark floor; } >"$floor_log" 2>&1 &
     floor_pid=$!
   else

@@ -29,20 +29,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import storage
+from .detect import dig as _dig
 from .objects import Obj
 
 # A claim: "<cluster>\x00<storage namespace>\x00<release name>" — one string, so an index of
 # tens of thousands of releases costs two dict entries per release (serve keeps it)
 Claim = str
 _SEP = "\x00"
-
-
-def _dig(obj: object, *keys: str) -> object:
-    for key in keys:
-        if not isinstance(obj, dict):
-            return None
-        obj = obj.get(key)
-    return obj
 
 
 def _text(value: object) -> str:
@@ -95,14 +88,34 @@ def _configured_name(hr: Obj) -> str:
     return f"{target}-{name}" if target else name
 
 
+RETARGETING_DETAIL = (
+    "a new release name, target or storage namespace is pending (the configured release is "
+    "not the one helm-controller recorded): helm-controller uninstalls the old release first, "
+    "so nothing was written"
+)
+
+
+def retargeting(hr: Obj) -> bool:
+    """Whether ``hr`` names another release than the one helm-controller recorded for it
+    (``ReleaseTargetChanged``: its next step is the uninstall of the recorded one)."""
+    return len(claims_of(hr)) > 1
+
+
 def target_of(hr: Obj) -> tuple[object, ...]:
     """What decides where helm-controller acts: the spec's release name, target and storage
-    namespaces and kubeconfig, with the claims.  A release whose target changed while we
-    held it is not recovered: helm-controller then uninstalls the old target first."""
+    namespaces, kubeconfig and chart (a new chart name is a target change to helm-controller
+    too; any change of the chart reference counts here, to be safe), with the claims.  A
+    release whose target changed while we held it is not recovered: helm-controller then
+    uninstalls the old target first."""
     spec = _dig(hr, "spec")
     spec = spec if isinstance(spec, dict) else {}
-    fields = ("releaseName", "targetNamespace", "storageNamespace", "kubeConfig")
-    return (*(repr(spec.get(f)) for f in fields), tuple(sorted(claims_of(hr))))
+    fields = ("releaseName", "targetNamespace", "storageNamespace", "kubeConfig", "chartRef")
+    chart = _dig(spec, "chart", "spec", "chart")
+    return (
+        *(repr(spec.get(f)) for f in fields),
+        repr(chart),
+        tuple(sorted(claims_of(hr))),
+    )
 
 
 def key_of(hr: Obj) -> str:

@@ -364,6 +364,10 @@ def _held(hr: Obj, verdict: StorageVerdict, holding: claims.Holding | None) -> S
         return StorageVerdict(
             Verdict.SKIPPED, detail, verdict.choice, left_stuck(hr, Stuck.CLAIMED_TWICE)
         )
+    if verdict.verdict is Verdict.RECOVER and claims.retargeting(hr):
+        # helm-controller's next step is the uninstall of the old release, not a retry
+        # (ReleaseTargetChanged): nothing to hold it off from, nothing written
+        return StorageVerdict(Verdict.SKIPPED, claims.RETARGETING_DETAIL, verdict.choice)
     if verdict.verdict is Verdict.RECOVER and holding.refused:
         return StorageVerdict(
             Verdict.SKIPPED,

@@ -38,8 +38,8 @@ from .steps import ACQUIRE, DELETE, RECORD, RELINQUISH, drop_fence_not_ours, ste
 REREAD_WAIT = 2.0
 
 RETARGETED_DETAIL = (
-    "the release's name, target namespace, storage namespace or kubeconfig changed while it "
-    "was held (helm-controller acts on the old target first); storage left intact"
+    "the release's name, target namespace, storage namespace, kubeconfig or chart changed "
+    "while it was held (helm-controller acts on the old target first); storage left intact"
 )
 
 

@@ -61,6 +61,9 @@ _REDECIDE = frozenset({plan.Row.LIVE_SUSPENDED_OWNED, plan.Row.LIVE_FENCED})
 # is one deleted, so without a bound this grows with every release ever worked on (issue 49);
 # one forgotten logs its next repeat at info once more
 LOGGED_RELEASES = 4096
+# how long a sharded or namespaced serve answers "who else claims it?" from one LIST of the
+# cluster's HelmReleases before the first write (the check at the delete always lists anew)
+CLAIMANTS_KEEP = 30.0
 
 
 class Controller:
@@ -138,9 +141,12 @@ class Controller:
         if backup is None and cfg.backup_namespace:
             backup = SecretBackup(self.kube, cfg.backup_namespace, retention=cfg.backup_retention)
         # who else claims a release: this watch's index when it sees every HelmRelease of
-        # the cluster, else a LIST of them per check (a namespaced or sharded install)
+        # the cluster, else (a namespaced or sharded install) a LIST of them kept for
+        # CLAIMANTS_KEEP seconds for the check before any write and a fresh one at the delete
         claimants: Claimants = (
-            self.watcher if self.watcher.claims is not None else (ListedClaimants(self.kube))
+            self.watcher
+            if self.watcher.claims is not None
+            else ListedClaimants(self.kube, keep=CLAIMANTS_KEEP, on_warning=log.warning)
         )
         work = Executor(
             self.kube,

@@ -262,8 +262,9 @@ def run_once(
     by name before acting) and run one pass over it.  ``covered``: the running-controller
     check (``Options.covered``), read by the caller before; ``notifier``: the Recorder's;
     ``on_missing(message)`` for each named release not found, before the pass starts;
-    ``on_warning(line)`` when the claimants could not be listed cluster-wide."""
-    claimants = ListedClaimants(kube)
+    ``on_warning(line)`` when the claimants could not be listed cluster-wide, as soon as
+    that is known (before the release it was listed for is written to)."""
+    claimants = ListedClaimants(kube, on_warning=on_warning)
     # a stop is noticed between handshake watch windows: keep them short
     opts = Options(
         selector=selection.matcher(),
@@ -309,8 +310,6 @@ def run_once(
             )
     finally:
         watched.close()
-    if claimants.warning:
-        on_warning(claimants.warning)
     return Ran(len(releases), missing, outcomes)
 
 

@@ -360,27 +360,7 @@ def _row(
         helm_status, note = "<unreadable>", str(exc)
     if store is not None:
         cluster = storage_cluster(store)
-        try:
-            secrets = list_storage(store, hr)
-            verdict, holding = _judged(hr, secrets, state, held, standing)
-            others = holding.others
-            choice = verdict.choice
-            if choice.revision is not None:
-                revision = choice.revision.number
-            helm_status = choice.helm_status or "-"
-            note = verdict.detail
-            if state == "stuck" and verdict.verdict is plan.Verdict.AWAITING_RETRY:
-                state = verdict.verdict.value
-            elif state == "stuck" and others:
-                state = plan.Stuck.CLAIMED_TWICE.value
-            elif state == "stuck" and holding.refused and verdict.verdict is plan.Verdict.SKIPPED:
-                state = plan.Stuck.OUTSIDE_AUTHORITY.value
-            elif state == "stuck" and verdict.stuck is plan.Stuck.GIVEN_UP:
-                state = plan.Stuck.GIVEN_UP.value
-            elif state == "stuck" and verdict.verdict is plan.Verdict.DEFERRED:
-                state = budget.State.WAITING.value
-        except KubeError as exc:
-            helm_status, note = "<unreadable>", f"cannot list Helm storage: {exc}"
+        state, revision, helm_status, note, others = _storage_part(store, hr, state, held, standing)
     if state == "failing":
         note = (
             f"helm-controller reports {detect.failing_reason(hr)}; flux-plunger does not repair it"
@@ -423,6 +403,38 @@ def _budget(hr: Obj, standing: budget.Standing) -> Obj | None:
     if budget.parse(hr) is None or standing.state is budget.State.FRESH:
         return None
     return budget.as_dict(standing, hr)
+
+
+def _storage_part(
+    store: Kube, hr: Obj, state: str, held: Options | None, standing: budget.Standing
+) -> tuple[str, int | None, str, str, tuple[str, ...]]:
+    """What the storage says of ``hr``: (state, newest revision, its Helm status, the note,
+    the other claimants).  A stuck release is held against ``held`` (``_judged``) and its
+    recovery budget's ``standing``."""
+    try:
+        secrets = list_storage(store, hr)
+    except KubeError as exc:
+        return state, None, "<unreadable>", f"cannot list Helm storage: {exc}", ()
+    unheld = ""
+    try:
+        verdict, holding = _judged(hr, secrets, state, held, standing)
+    except KubeError as exc:  # the claimants' LIST or the tenant's review
+        verdict, holding = plan.storage_verdict(hr, secrets), claims.Holding()
+        unheld = f"cannot tell who else holds the release: {exc}"
+    choice = verdict.choice
+    revision = choice.revision.number if choice.revision is not None else None
+    note = "; ".join(filter(None, (verdict.detail, unheld)))
+    if state == "stuck" and verdict.verdict is plan.Verdict.AWAITING_RETRY:
+        state = verdict.verdict.value
+    elif state == "stuck" and holding.others:
+        state = plan.Stuck.CLAIMED_TWICE.value
+    elif state == "stuck" and holding.refused and verdict.verdict is plan.Verdict.SKIPPED:
+        state = plan.Stuck.OUTSIDE_AUTHORITY.value
+    elif state == "stuck" and verdict.stuck is plan.Stuck.GIVEN_UP:
+        state = plan.Stuck.GIVEN_UP.value
+    elif state == "stuck" and verdict.verdict is plan.Verdict.DEFERRED:
+        state = budget.State.WAITING.value
+    return state, revision, choice.helm_status or "-", note, holding.others
 
 
 def _judged(

@@ -482,14 +482,15 @@ def test_watch_namespace_grants_a_role_in_that_namespace_only(helm):
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "flux-plunger",
                                     "namespace": "flux-plunger"}]
     # the cluster-wide grants left: the LIST of the Leases (every running flux-plunger,
-    # wherever it leads) and the SubjectAccessReview (cluster-scoped), a ClusterRole of
-    # their own
+    # wherever it leads), the SubjectAccessReview (cluster-scoped) and the LIST of every
+    # HelmRelease (a claimant of the same release elsewhere), a ClusterRole of their own
     controller = {(d["kind"], d["metadata"]["name"]): d for d in docs
                   if d["kind"] in ("ClusterRole", "ClusterRoleBinding") and not is_hook(d)}
     assert sorted(controller) == [("ClusterRole", cluster_name() + "-leases"),
                                   ("ClusterRoleBinding", cluster_name() + "-leases")]
     assert verbs_by_resource(controller["ClusterRole", cluster_name() + "-leases"]) == {
-        leases: ["list"], reviews: ["create"]}
+        leases: ["list"], reviews: ["create"],
+        ("helm.toolkit.fluxcd.io", "helmreleases"): ["list"]}   # every claimant
     # the ScopeOverlap Event on its own Lease, in the release namespace, is writable there
     lease_role = find(docs, "Role", "flux-plunger-leader-election")
     assert verbs_by_resource(lease_role) == {**LEASE_RULES,

@@ -129,3 +129,41 @@ def test_a_tenant_that_may_not_delete_the_storage_is_outside_authority(
         assert admin.reconcile(ns, "shared").result == "recovered"
     k.close()
     assert cluster.secret_names(ns, "shared") == [V1]
+
+
+def test_serves_index_is_fed_by_its_real_watch_and_follows_a_delete(plane, cluster, ns):
+    """serve watching every HelmRelease (no -n, no -l) answers "who else claims it?" from
+    its own watch, no LIST: the sync fills the index, a created claimant arrives as an
+    event, a DELETE takes it out; asked as of a resourceVersion, it waits for the stream."""
+    from kubectl_flux_plunger.core.scope import Scope
+    from kubectl_flux_plunger.serve.queue import WorkQueue
+    from kubectl_flux_plunger.serve.watch import Watcher
+
+    owner, team = ns, cluster.namespace("team-b")
+    stuck_release(cluster, owner, "shared")
+    k, stop = plane.kube(), threading.Event()
+    watcher = Watcher(k, WorkQueue(), Scope(), resync_period=3600, watch_seconds=5)
+    assert watcher.claims is not None
+    thread = threading.Thread(target=watcher.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        shared = cluster.get(owner, "shared")
+        assert watcher.others(shared) == ()                     # after the sync
+        the_copy(cluster, owner, team)
+        rv = cluster.get(team, "copy")["metadata"]["resourceVersion"]
+        assert watcher.others(shared, after=rv) == (f"{team}/copy",)
+        cluster.delete_hr(team, "copy")
+        # terminating, held by helm-controller's finalizer: it still claims the release
+        # (helm-controller's next step for it is the uninstall)
+        rv = cluster.get(team, "copy")["metadata"]["resourceVersion"]
+        assert watcher.others(shared, after=rv) == (f"{team}/copy",)
+        cluster.remove_finalizer(team, "copy", C.HELM_CONTROLLER_FINALIZER)
+        rv = cluster.merge(owner, "shared", {"metadata": {"labels": {"seen": "yes"}}})[
+            "metadata"]["resourceVersion"]                    # a write after the DELETE
+        assert watcher.others(shared, after=rv) == ()
+        # the sync a watch-list where the server serves them: not one LIST was sent
+        assert k.stats.snapshot().get("LIST", 0) == (0 if plane.watch_lists else 1)
+    finally:
+        stop.set()
+        thread.join(10)
+        k.close()

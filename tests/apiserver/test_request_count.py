@@ -66,6 +66,38 @@ def test_recover_one_named_release_sends_ten_requests_end_to_end(cli, plane, clu
     assert not any(v == "get" and r is None for v, r in verbs), verbs   # no discovery
 
 
+def test_a_tenant_identity_costs_one_subject_access_review(cli, plane, cluster, ns):
+    """With helm-controller's --default-service-account mirrored, the release is acted on
+    only after one SubjectAccessReview of that identity (issue 55): one request more, and
+    nothing else changes."""
+    from testplane.rbac import service_account_kubeconfig
+
+    lease_ns = cluster.namespace("lease")
+    stuck_release(cluster, ns)
+    service_account_kubeconfig(plane, "tenant", namespace=ns, namespace_rules={ns: [
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]})
+    hc_kube = plane.kube(user_agent="simulated-helm-controller")   # not counted
+    mark = plane.audit_mark()
+    with SimulatedHelmController(Cluster(hc_kube), ns):
+        r = cli("recover", "-n", ns, "demo", "--lease-namespace", lease_ns,
+                "--default-service-account", "tenant")
+    hc_kube.close()
+    assert r.code == 0 and "recovered" in r.out, r
+    watches = 1 if plane.watch_lists else 2
+    wait_for(lambda: sum(ev["verb"] == "watch" for ev in plane.audit_events(
+        since=mark, user_agent=UA)) == watches, 10, "the WATCHes' audit lines")
+    events = sorted(plane.audit_events(since=mark, user_agent=UA),
+                    key=lambda ev: ev["requestReceivedTimestamp"])
+    verbs = [(ev["verb"], (ev.get("objectRef") or {}).get("resource")) for ev in events]
+    reviews = [i for i, v in enumerate(verbs) if v == ("create", "subjectaccessreviews")]
+    assert len(reviews) == 1, verbs                      # cached for the delete's decision
+    assert verbs.index(("list", "secrets")) < reviews[0] < verbs.index(
+        ("patch", "helmreleases")), verbs                 # asked before anything is written
+    review = events[reviews[0]]
+    assert review["responseStatus"]["code"] == 201, review
+    assert len(verbs) == (11 if plane.watch_lists else 13), verbs
+
+
 def test_one_executor_pass_over_a_stuck_release_sends_seven_requests(plane, cluster, ns):
     """What one ``Executor.reconcile`` (serve's worker's pass) sends for one recovery: the
     watch-list read, LIST, APPLY, PATCH, DELETE, Event, APPLY.  The serve process as a

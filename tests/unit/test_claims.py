@@ -49,6 +49,20 @@ def test_a_pending_rename_claims_both_the_recorded_and_the_configured_release():
     renamed["status"]["storageNamespace"] = "owner"
     assert sorted(claims.describe(c) for c in claims_of(renamed)) == [
         "release new in namespace owner", "release shared in namespace owner"]
+    assert claims.retargeting(renamed) and not claims.retargeting(release())
+
+
+def test_a_pending_rename_is_not_recovered_helm_controller_uninstalls_the_old_release_first():
+    renamed = release(releaseName="new")
+    renamed["status"].update(history(2, "uninstalling", name="shared"))
+    renamed["status"]["storageNamespace"] = "owner"
+    verdict = plan.storage_verdict(renamed, STORAGE)
+    assert verdict.verdict is plan.Verdict.SKIPPED and verdict.stuck is None
+    assert verdict.detail == claims.RETARGETING_DETAIL
+    # the same storage under the recorded name alone: recovered
+    settled = release()
+    settled["status"].update(history(2, "uninstalling", name="shared"))
+    assert plan.storage_verdict(settled, STORAGE).verdict is plan.Verdict.RECOVER
 
 
 def test_remote_storage_is_another_cluster_named_by_its_kubeconfig_reference():
@@ -74,7 +88,9 @@ def test_the_target_changes_with_name_target_storage_namespace_or_kubeconfig():
     base = release(releaseName="shared")
     assert target_of(base) == target_of(release(releaseName="shared"))
     for change in ({"releaseName": "other"}, {"targetNamespace": "t"},
-                   {"storageNamespace": "s"}, {"kubeConfig": {"secretRef": {"name": "k"}}}):
+                   {"storageNamespace": "s"}, {"kubeConfig": {"secretRef": {"name": "k"}}},
+                   {"chartRef": {"kind": "OCIRepository", "name": "other"}},
+                   {"chart": {"spec": {"chart": "other"}}}):
         assert target_of(base) != target_of(release(**{"releaseName": "shared", **change}))
     assert target_of(release()) != target_of(release(targetNamespace="t", releaseName="shared"))
 

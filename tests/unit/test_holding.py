@@ -16,7 +16,6 @@ from kubectl_flux_plunger.core.scope import Scope
 from kubectl_flux_plunger.executor.outcome import Options, Result
 from kubectl_flux_plunger.executor.recover import RETARGETED_DETAIL
 from kubectl_flux_plunger.kube import KubeError
-from kubectl_flux_plunger.kube import authority as authority_mod
 from kubectl_flux_plunger.kube.authority import SAR_PATH, TenantAuthority, review, tenant_user
 from kubectl_flux_plunger.kube.claimants import ListedClaimants
 from kubectl_flux_plunger.serve.queue import WorkQueue
@@ -214,6 +213,28 @@ def test_the_first_check_lists_once_per_run_and_the_delete_check_lists_again():
     assert listed.warning == ""
 
 
+def test_serve_keeps_a_list_only_briefly_so_a_later_claimant_is_seen_before_any_write():
+    now = [0.0]
+    kube = Lister([[OWNER], [OWNER, COPY]])
+    listed = ListedClaimants(kube, keep=30, clock=lambda: now[0])  # type: ignore[arg-type]
+    assert listed.others(OWNER) == ()
+    now[0] = 29.0
+    assert listed.others(OWNER) == () and kube.calls == [None]
+    now[0] = 31.0
+    assert listed.others(OWNER) == ("team-b/copy",)     # listed anew before the next write
+    assert kube.calls == [None, None]
+
+
+def test_the_narrow_view_is_said_once_as_soon_as_it_is_known():
+    said: list[str] = []
+    kube = Lister([], forbidden=True, by_namespace={"team-b": [COPY], "owner": [OWNER]})
+    listed = ListedClaimants(kube, on_warning=said.append)  # type: ignore[arg-type]
+    listed.others(COPY)
+    assert len(said) == 1 and said[0].startswith("cannot list HelmReleases in all namespaces")
+    listed.others(COPY, after="9")
+    assert len(said) == 1
+
+
 def test_a_seeded_run_sends_no_list_before_the_delete():
     kube = Lister([[OWNER]])
     listed = ListedClaimants(kube)  # type: ignore[arg-type]
@@ -361,7 +382,6 @@ def test_without_a_tenant_identity_or_for_remote_storage_no_review_is_sent():
     remote = hr("app", "team-b", spec_extra={"kubeConfig": {"secretRef": {"name": "prod"}}})
     assert TenantAuthority(kube, "default").refusal(remote) == ""  # type: ignore[arg-type]
     assert kube.sent == []
-    assert authority_mod.TTL == 300.0
 
 
 # -- status: the states a held release shows -----------------------------------------------
@@ -429,3 +449,22 @@ def test_status_shows_given_up_and_backing_off_with_the_budget():
     due = row_after(1, now - dt.timedelta(minutes=5))
     assert due.state == "stuck" and due.budget is not None and due.budget["state"] == "due"
     assert status_row(None).budget is None
+
+
+def test_status_says_when_it_cannot_tell_who_else_holds_the_release():
+    row = status_row(Options(claimants=Claimants(fail=KubeError(403, "Forbidden", "no list"))))
+    assert row.state == "stuck" and row.revision == 2 and row.helm_status == "uninstalling"
+    assert row.note.endswith("; cannot tell who else holds the release: no list"), row.note
+
+
+def test_status_of_unreadable_storage_says_so():
+    class Down:
+        def storage_kube(self, hr_):
+            class Store:
+                def list_secrets(self, namespace, selector):
+                    raise KubeError(500, "InternalError", "etcd")
+            return Store()
+
+    now = dt.datetime.now(dt.timezone.utc)
+    row = status._row(Down(), stuck(), "stuck", now, None, Options())  # type: ignore[arg-type]
+    assert row.helm_status == "<unreadable>" and row.note == "cannot list Helm storage: etcd"
