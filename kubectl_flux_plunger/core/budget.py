@@ -101,8 +101,8 @@ class State(str, enum.Enum):
 class Standing:
     """Where a release stands: its ``state``, the failed recoveries in a row, the limit
     that applies, when the next recovery may run (``WAITING``), what ended the last run
-    (``FRESH`` after one), and whether a by-hand recovery spends a budget the policy
-    would have kept (``spent``)."""
+    (``FRESH`` after one), whether a by-hand recovery spends a budget the policy
+    would have kept (``spent``), and whether the next recovery is one by hand."""
 
     state: State
     failed: int
@@ -111,6 +111,7 @@ class Standing:
     next_at: datetime | None = None
     reset: Reset | None = None
     spent: bool = False
+    by_hand: bool = False
 
     @property
     def may_recover(self) -> bool:
@@ -120,7 +121,7 @@ class Standing:
     def recoveries(self) -> int:
         """The count the record of the next recovery writes: a by-hand recovery, or one
         after a reset, starts a new run."""
-        return 1 if self.spent or self.state is State.FRESH else self.failed + 1
+        return 1 if self.by_hand or self.spent or self.state is State.FRESH else self.failed + 1
 
     def seconds_left(self, now: datetime) -> float:
         """Seconds until ``next_at`` (0 when none or past)."""
@@ -268,13 +269,17 @@ def reset_by(hr: Obj, rec: Record) -> Reset | None:
 def remediation_retries(hr: Obj) -> int | None:
     """helm-controller's remediation retries for the action it last attempted
     (``status.lastAttemptedReleaseAction``: install or upgrade; unknown: the smaller of
-    the two set), where set and not negative (negative: unlimited); None otherwise."""
+    the two set), where set and not negative (negative: unlimited) and not ignored (the
+    ``RetryOnFailure`` strategy); None otherwise."""
     action = dig(hr, "status", "lastAttemptedReleaseAction")
     actions = (action,) if action in ("install", "upgrade") else ("install", "upgrade")
     set_ = [
         r
         for a in actions
-        if (r := _int(dig(hr, "spec", a, "remediation", "retries"))) is not None and r >= 0
+        # under the RetryOnFailure strategy helm-controller ignores remediation.retries
+        if dig(hr, "spec", a, "strategy", "name") != "RetryOnFailure"
+        and (r := _int(dig(hr, "spec", a, "remediation", "retries"))) is not None
+        and r >= 0
     ]
     return min(set_) if set_ else None
 
@@ -301,6 +306,10 @@ def _run(hr: Obj, policy: Policy | None) -> tuple[Record | None, int, float, Res
     """The record, the limit and first wait that apply, and what ended the recorded run."""
     rec = parse(hr)
     limit = policy.limit if policy is not None else rec.limit if rec else DEFAULT_LIMIT
+    if policy is not None and rec is not None:
+        # the smaller of this process's limit and the one the run was recorded under: a
+        # one-shot sweep never retries what a stricter serve gave up
+        limit = min(limit, rec.limit)
     wait = policy.first_wait if policy is not None else rec.wait if rec else DEFAULT_FIRST_WAIT
     return rec, limit_for(hr, limit), wait, reset_by(hr, rec) if rec is not None else None
 
@@ -311,14 +320,16 @@ def standing(hr: Obj, now: datetime, policy: Policy | None = None) -> Standing:
     rec, limit, wait, reset = _run(hr, policy)
     by_hand = policy is not None and policy.by_hand
     if rec is None or reset is not None:
-        return Standing(State.FRESH, 0, limit, wait, reset=reset)
+        return Standing(State.FRESH, 0, limit, wait, reset=reset, by_hand=by_hand)
     failed = rec.recoveries
     if failed >= limit:
-        return Standing(State.GIVEN_UP, failed, limit, wait, spent=by_hand)
+        return Standing(State.GIVEN_UP, failed, limit, wait, spent=by_hand, by_hand=by_hand)
+    # a record stamped ahead of this clock (another machine's skew) cannot say how long
+    # was waited: the count still holds, the wait is not kept
     next_at = _aware(rec.at) + timedelta(seconds=wait_after(wait, failed))
-    if _aware(now) < next_at:
-        return Standing(State.WAITING, failed, limit, wait, next_at, spent=by_hand)
-    return Standing(State.DUE, failed, limit, wait, next_at)
+    if _aware(rec.at) <= _aware(now) < next_at:
+        return Standing(State.WAITING, failed, limit, wait, next_at, spent=by_hand, by_hand=by_hand)
+    return Standing(State.DUE, failed, limit, wait, next_at, by_hand=by_hand)
 
 
 def given_up(hr: Obj) -> bool:

@@ -244,6 +244,8 @@ class Watcher:
     def _given_up(self, key: str, hr: Obj) -> bool:
         """Given up (issue 57) by a pass that announced it, and still so on its record:
         helm-controller's retries of it start no pass; a change that ends the run does."""
+        if is_fenced(hr) or (hr.get("spec") or {}).get("suspend"):
+            return False  # a suspension or fence (a crash's leftover) is always worth a pass
         counted = self.metrics is not None and self.metrics.left_stuck.cause(key)
         return counted is plan.Stuck.GIVEN_UP and budget.given_up(hr)
 

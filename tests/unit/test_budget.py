@@ -254,8 +254,16 @@ def test_the_limit_gives_up():
     assert budget.given_up(stuck(3))
     assert not budget.given_up(stuck(2))
     assert not budget.given_up(stuck())
-    # the deciding process's own limit, else the record's
-    assert budget.standing(stuck(3), T0, Policy(limit=5)).state is State.WAITING
+    # the smaller of the deciding process's limit and the record's; no process: the record's
+    assert (
+        budget.standing(stuck(3, record_over={"limit": 5}), T0, Policy(limit=5)).state
+        is State.WAITING
+    )
+    assert budget.standing(stuck(3), T0, Policy(limit=5)).state is State.GIVEN_UP
+    assert (
+        budget.standing(stuck(2, record_over={"limit": 5}), T0, Policy(limit=2)).state
+        is State.GIVEN_UP
+    )
     assert budget.standing(stuck(3, record_over={"limit": 5}), T0).state is State.WAITING
 
 
@@ -266,8 +274,18 @@ def test_by_hand_acts_once_and_starts_a_new_run():
     assert given_up.recoveries == 1
     waiting = budget.standing(stuck(1), T0, hand)
     assert waiting.state is State.WAITING and waiting.spent and waiting.recoveries == 1
-    assert not budget.standing(stuck(1), T0 + timedelta(minutes=1), hand).spent  # due anyway
+    due = budget.standing(stuck(1), T0 + timedelta(minutes=1), hand)
+    assert not due.spent and due.recoveries == 1  # due anyway: not spent, a new run
+    assert budget.standing(stuck(1), T0 + timedelta(minutes=1)).recoveries == 2
     assert not budget.standing(stuck(), T0, hand).spent
+
+
+def test_a_record_stamped_ahead_of_this_clock_keeps_its_count_not_its_wait():
+    ahead = stuck(1, at=T0 + timedelta(days=365))
+    assert budget.standing(ahead, T0, Policy(first_wait=30)).state is State.DUE
+    assert budget.standing(stuck(3, at=T0 + timedelta(days=365)), T0).state is State.GIVEN_UP
+    # stamped exactly now: the wait runs
+    assert budget.standing(stuck(1, at=T0), T0, Policy(first_wait=30)).state is State.WAITING
 
 
 @pytest.mark.parametrize(
@@ -281,9 +299,28 @@ def test_by_hand_acts_once_and_starts_a_new_run():
         ({"install": {"remediation": {"retries": -1}}}, "install", 3),  # unlimited
         ({"install": {"remediation": {"retries": 9}}}, "install", 3),
         ({"install": {"remediation": {"retries": True}}}, "install", 3),
+        # RetryOnFailure: helm-controller ignores remediation.retries, so does the cap
+        (
+            {"install": {"remediation": {"retries": 1}, "strategy": {"name": "RetryOnFailure"}}},
+            "install",
+            3,
+        ),
+        (
+            {
+                "install": {
+                    "remediation": {"retries": 1},
+                    "strategy": {"name": "RemediateOnFailure"},
+                }
+            },
+            "install",
+            1,
+        ),
         # no action recorded: the smaller of the two set
         (
-            {"install": {"remediation": {"retries": 2}}, "upgrade": {"remediation": {"retries": 1}}},
+            {
+                "install": {"remediation": {"retries": 2}},
+                "upgrade": {"remediation": {"retries": 1}},
+            },
             None,
             1,
         ),
@@ -301,8 +338,11 @@ def test_never_more_than_helm_controllers_remediation_retries(remediation, actio
 def test_given_up_at_a_remediation_cap_of_one():
     release = stuck(1, spec_extra={"install": {"remediation": {"retries": 1}}})
     # the record was made under the same spec: the cap does not reset the run
-    release = stuck(1, record_over={"spec": budget.spec_digest(release)},
-                    spec_extra={"install": {"remediation": {"retries": 1}}})
+    release = stuck(
+        1,
+        record_over={"spec": budget.spec_digest(release)},
+        spec_extra={"install": {"remediation": {"retries": 1}}},
+    )
     assert budget.standing(release, T0, Policy()).state is State.GIVEN_UP
 
 
@@ -396,8 +436,9 @@ def test_the_digest_is_of_the_canonical_spec():
 
 
 def test_the_record_value_is_compact_and_carries_the_requests():
-    release = stuck(annotations={"reconcile.fluxcd.io/requestedAt": "r1",
-                                 "reconcile.fluxcd.io/resetAt": "x"})
+    release = stuck(
+        annotations={"reconcile.fluxcd.io/requestedAt": "r1", "reconcile.fluxcd.io/resetAt": "x"}
+    )
     value = budget.record_value(release, 1, T0, 2, 10.0)
     assert value == (
         '{"recoveries":1,"at":"2026-12-07T01:00:00.000Z","limit":2,"wait":10.0,'
@@ -440,8 +481,12 @@ def test_the_first_wait_is_the_deciders_else_the_records():
     zero = budget.parse(stuck(1, record_over={"wait": 0, "limit": 1}))
     assert zero is not None and (zero.wait, zero.limit) == (0.0, 1)
     # the standing carries the wait that applied, in every state
-    for release, now in ((stuck(), T0), (stuck(3), T0), (stuck(1), T0),
-                         (stuck(1), T0 + timedelta(minutes=5))):
+    for release, now in (
+        (stuck(), T0),
+        (stuck(3), T0),
+        (stuck(1), T0),
+        (stuck(1), T0 + timedelta(minutes=5)),
+    ):
         assert budget.standing(release, now, ten).wait == 10.0
 
 
@@ -456,8 +501,14 @@ def test_a_due_standing_keeps_when_it_became_due_but_shows_no_next_recovery():
     ("spec", "action", "limit"),
     [
         # the action named picks its own retries, even when the other's are fewer
-        ({"install": {"remediation": {"retries": 2}}, "upgrade": {"remediation": {"retries": 1}}},
-         "install", 2),
+        (
+            {
+                "install": {"remediation": {"retries": 2}},
+                "upgrade": {"remediation": {"retries": 1}},
+            },
+            "install",
+            2,
+        ),
         # no action recorded: either one set counts
         ({"install": {"remediation": {"retries": 1}}}, None, 1),
         ({"upgrade": {"remediation": {"retries": 1}}}, None, 1),

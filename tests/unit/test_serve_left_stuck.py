@@ -127,3 +127,13 @@ def test_the_watch_passes_no_more_over_a_release_given_up_and_announced():
     w._seen(given_up("13", **{"reconcile.fluxcd.io/requestedAt": "now"}))
     assert queued(queue) == ["apps/g"]            # `flux reconcile` ends the run
     assert metrics.left_stuck.cause("apps/nothing") is None
+    # a suspension or fence on a given-up release (a by-hand recovery that crashed after
+    # its acquire) is always worth a pass: its leftover must be lifted
+    fenced = given_up("14")
+    fenced["metadata"]["finalizers"] = [C.FENCE]
+    w._seen(fenced)
+    assert queued(queue) == ["apps/g"]
+    suspended = given_up("15")
+    suspended["spec"]["suspend"] = True
+    w._seen(suspended)
+    assert queued(queue) == ["apps/g"]
