@@ -319,7 +319,10 @@ def test_an_event_naming_a_release_outside_the_selector_leads_to_no_read_that_de
     # watch-list or GET that decides, no storage LIST, no write
     assert naming(counted.logged, "outside") == [("get", "helmreleases", 200)]
     assert not hr["spec"].get("suspend") and C.FENCE not in hr["metadata"]["finalizers"]
-    assert ready(hr)[0] == "False" and C.STUCK_MESSAGE in ready(hr)[2]
+    # still stuck, never recovered: helm-controller's retries of it turn Ready Unknown
+    # while each attempt runs, so the condition may be caught between False and False
+    assert ready(hr)[0] in ("False", "Unknown"), ready(hr)
+    assert C.PROCESSED_ANNOTATION not in (hr["metadata"].get("annotations") or {}), hr
     # the one inside: that GET too, then the recovery as always
     pass_ = SEVEN if plane.watch_lists else EIGHT_SERVE_WITHOUT_WATCH_LISTS
     assert sorted(inside) == sorted([("list", "events"), ("get", "helmreleases"), *pass_]), \
