@@ -1,7 +1,9 @@
 """The recovery budget (issue 57) with the real helm-controller: a chart whose post-install
 and pre-delete hooks never finish, ``serve`` running.  Before issue 57 serve recovered such
 a release every ~21 s for ever, re-running the hooks each time.  Now: at most
-``--max-failed-recoveries`` recoveries, the second waiting ``--recovery-backoff``, then
+``--max-failed-recoveries`` recoveries, the second waiting ``--recovery-backoff``, the third
+twice that — after a leader change, the second serve going on from the count the first left
+on the HelmRelease — then
 ``given-up`` (one Warning ``RecoverySkipped``, ``status`` says so), and nothing more over
 five minutes of serve running; the hook Jobs
 helm-controller created over the run, counted from the audit log, are N + 1 per hook;
@@ -25,7 +27,7 @@ from testplane.helmctl import (FIXED_VERSION, hooked_release, publish_version,
 
 from tests.apiserver.test_serve_support import FAST, serve  # noqa: F401 - fixture
 
-LIMIT = 2
+LIMIT = 3
 BACKOFF = 20  # seconds: longer than one install-and-remediate cycle (~15 s), so it shows
 # the issue's observation window: serve runs at least this long before the counts are taken
 # (helm-controller keeps failing the release meanwhile; nothing of ours may follow)
@@ -85,17 +87,28 @@ def test_a_chart_that_keeps_failing_is_given_up_then_recovered_once_fixed(
         plane, helm_controller, chart_server, cluster, ns, serve, cli):  # noqa: F811
     name = "failing"
     mark = plane.audit_mark()
-    s = serve("-n", ns, "--leader-election-namespace", ns, *FAST,
-              "--max-failed-recoveries", str(LIMIT), "--recovery-backoff", f"{BACKOFF}s")
-    eventually(s.leads, 30, "serve leads")
+    flags = ("-n", ns, "--leader-election-namespace", ns, *FAST,
+             "--max-failed-recoveries", str(LIMIT), "--recovery-backoff", f"{BACKOFF}s")
+    first = serve(*flags, name="first")
+    eventually(first.leads, 30, "serve leads")
     started = time.monotonic()
     # the install fails on its post-install hook, the remediation's uninstall on its
-    # pre-delete hook: StateError, for ever (retries 3: the limit stays serve's 2)
+    # pre-delete hook: StateError, for ever (retries 3: the limit stays serve's 3)
     publish_version(cluster.kube, ns, name, chart_server, "0.1.0", ("post-install", "pre-delete"))
     with HookJobs(cluster, ns) as hooks:
         Cluster(cluster.kube).apply(hooked_release(ns, name, install={"retries": 3}),
                                     manager="kustomize-controller")
+        # a leader change after the second failed recovery: the first serve stops (drain,
+        # Lease given up), a second leads and goes on from the count on the HelmRelease
+        wait_for(lambda: first.logged(r"backing off: 2 failed recoveries in a row"), 240,
+                 "the second failed recovery")
+        first.signal()
+        assert first.wait(60) == 0
+        s = serve(*flags, name="second")
+        eventually(s.leads, 30, "the second serve leads")
         events = eventually(lambda: _given_up(cluster, ns, name), 240, "the given-up Warning")
+        eventually(lambda: s.logged(rf"skipped: given up: {LIMIT} failed recoveries"), 15,
+                   "the second serve's given-up pass")
         # the last attempt's pre-delete hook Job exists before the StateError it ends in
     hr = cluster.get(ns, name)
     record = json.loads(hr["metadata"]["annotations"][C.BUDGET_ANNOTATION])
@@ -120,6 +133,8 @@ def test_a_chart_that_keeps_failing_is_given_up_then_recovered_once_fixed(
     assert len(deletes) == LIMIT, [e["objectRef"]["name"] for e in deletes]
     times = [parse_timestamp(e["requestReceivedTimestamp"]) for e in deletes]
     assert (times[1] - times[0]).total_seconds() >= BACKOFF, times
+    assert (times[2] - times[1]).total_seconds() >= 2 * BACKOFF, times   # doubled, and
+    # across the leader change: the second serve waited out what the first recorded
     # the hook Jobs helm-controller created: the attempt that got it stuck and one per
     # recovery — at most N + 1 per hook.  The audit log is the count (a LIST every 200 ms
     # can miss a Job at load); the watcher's names say which hook each belongs to
