@@ -149,7 +149,37 @@ class Cluster:
         return out.get("items") or []
 
 
-class SimulatedHelmController:
+class Poller:
+    """A background thread calling :meth:`step` every ``interval`` seconds until the
+    ``with`` block ends; a step raising one of ``tolerated`` is tried again at the next
+    tick.  The base of every stand-in that reacts to the cluster in tests."""
+
+    interval: float = 0.05
+    tolerated: tuple[type[BaseException], ...] = (KubeError,)
+
+    def __enter__(self):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(5)
+
+    def _loop(self):
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except self.tolerated:
+                pass
+            self._stop.wait(self.interval)
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+
+class SimulatedHelmController(Poller):
     """helm-controller's observable steps, driven by a background poller on one namespace:
 
     * a suspended release is "reconciled": ``status.observedGeneration = generation``;
@@ -169,24 +199,6 @@ class SimulatedHelmController:
         self.interval = interval
         self.uninstalled: list[str] = []
         self.dropped_without_uninstall: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(5)
-
-    def _loop(self):
-        while not self._stop.is_set():
-            try:
-                self.step()
-            except KubeError:
-                pass
-            self._stop.wait(self.interval)
 
     def step(self):
         items = self.cluster.kube.list_hrs(self.namespace)

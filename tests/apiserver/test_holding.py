@@ -167,3 +167,22 @@ def test_serves_index_is_fed_by_its_real_watch_and_follows_a_delete(plane, clust
         stop.set()
         thread.join(10)
         k.close()
+
+
+def test_a_namespace_admin_is_warned_that_claimants_elsewhere_are_not_seen(plane, cluster, ns):
+    """Refused the cluster-wide LIST of HelmReleases, `recover` lists the release's own and
+    storage namespaces, says so in one warning line, and goes on (as with the Leases)."""
+    from tests.conftest import run_cli
+
+    from .test_cli_verbs import CLI_RULES
+
+    stuck_release(cluster, ns, "shared")
+    kc = service_account_kubeconfig(plane, "ns-admin", namespace=ns,
+                                    namespace_rules={ns: CLI_RULES})
+    with SimulatedHelmController(cluster, ns):
+        r = run_cli("recover", "-n", ns, "shared", "--lease-namespace", ns, kubeconfig=kc)
+    assert r.code == 0 and "shared recovered" in r.out, r
+    said = [line for line in r.err.splitlines()
+            if "cannot list HelmReleases in all namespaces" in line]
+    assert len(said) == 1 and "own and storage namespaces" in said[0], r.err
+    assert cluster.secret_names(ns, "shared") == [V1]

@@ -7,14 +7,12 @@ mid-run keeps the count, because the count lives on the HelmRelease."""
 from __future__ import annotations
 
 import json
-import threading
 from datetime import timedelta
 
 from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.core import plan
 from kubectl_flux_plunger.core.detect import parse_timestamp
-from kubectl_flux_plunger.kube import KubeError
-from testplane.cluster import SimulatedHelmController, eventually
+from testplane.cluster import Poller, SimulatedHelmController, eventually
 
 from .test_serve_support import FAST, serve, stuck  # noqa: F401
 
@@ -22,7 +20,7 @@ LIMIT = 3
 BACKOFF = 3.0  # seconds: the waits are 3 s, then 6 s
 
 
-class FailingChart:
+class FailingChart(Poller):
     """helm-controller with a chart that still fails: whenever the release is not suspended
     and helm-controller has not attempted its current generation (our relinquish bumped it),
     it "attempts" — the install fails and its remediation's uninstall too: a new newest
@@ -33,24 +31,6 @@ class FailingChart:
     def __init__(self, cluster, ns: str, name: str):
         self.cluster, self.ns, self.name = cluster, ns, name
         self.attempts: list[dict] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(5)
-
-    def _loop(self):
-        while not self._stop.is_set():
-            try:
-                self.step()
-            except KubeError:
-                pass
-            self._stop.wait(0.05)
 
     def step(self):
         hr = self.cluster.get(self.ns, self.name)

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from collections import Counter
 
 from kubectl_flux_plunger.core import constants as C
 from kubectl_flux_plunger.core import plan
 from kubectl_flux_plunger.core.detect import parse_timestamp
-from testplane.cluster import Cluster, eventually
+from testplane.cluster import Cluster, Poller, eventually
 from testplane.plane import wait_for
 from testplane.helmctl import (FIXED_VERSION, hooked_release, publish_version,
                                release_statuses, wait_released)
@@ -42,35 +41,23 @@ def _given_up(cluster, ns: str, name: str) -> list[dict]:
             and e["message"] == plan.RECOVERY_SKIPPED[plan.Stuck.GIVEN_UP].message]
 
 
-class HookJobs:
+class HookJobs(Poller):
     """Every hook Job helm-controller creates in ``ns``, by uid: each lives at least the
     hook timeout (it never finishes; the next run of its hook deletes it first), so a LIST
     every 200 ms sees each one."""
 
+    interval = 0.2
+    tolerated = (Exception,)  # a failed LIST is tried again
+
     def __init__(self, cluster, ns: str):
         self.cluster, self.ns = cluster, ns
         self.seen: dict[str, str] = {}  # uid -> name
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(5)
-
-    def _loop(self):
-        while not self._stop.is_set():
-            try:
-                listed = self.cluster.kube.request(
-                    "LIST", "GET", f"/apis/batch/v1/namespaces/{self.ns}/jobs")
-            except Exception:  # noqa: BLE001 - a failed LIST is tried again
-                listed = {}
-            for job in listed.get("items") or []:
-                self.seen[job["metadata"]["uid"]] = job["metadata"]["name"]
-            self._stop.wait(0.2)
+    def step(self) -> None:
+        listed = self.cluster.kube.request(
+            "LIST", "GET", f"/apis/batch/v1/namespaces/{self.ns}/jobs")
+        for job in listed.get("items") or []:
+            self.seen[job["metadata"]["uid"]] = job["metadata"]["name"]
 
     def per_hook(self) -> Counter:
         return Counter(self.seen.values())
