@@ -275,7 +275,7 @@ class Recover:
         """The decision that leads to the DELETE, made again on the last read (SPEC §6):
         ``current``, the answer of the record, against ``decided``, the read the recovery
         started on, and ``judged``, the choice and the storage it was made on.  The same
-        target (release name, target and storage namespaces, kubeconfig), the same face,
+        target (``claims.target_of``: release name, namespaces, kubeconfig, chart), the same face,
         no other claimant — as the claimants stand once they reflect ``current`` — and the
         same revision chosen.  The storage half needs no second read: the DELETE carries
         the judged Secret's uid and resourceVersion, so a Secret changed since the LIST
