@@ -142,7 +142,10 @@ def test_serves_index_is_fed_by_its_real_watch_and_follows_a_delete(plane, clust
     owner, team = ns, cluster.namespace("team-b")
     stuck_release(cluster, owner, "shared")
     k, stop = plane.kube(), threading.Event()
-    watcher = Watcher(k, WorkQueue(), Scope(), resync_period=3600, watch_seconds=5)
+    # one page holds every HelmRelease the earlier tests left in this shared apiserver, so
+    # the LIST sync (a server without watch-lists) is one request, not one per 100
+    watcher = Watcher(k, WorkQueue(), Scope(), resync_period=3600, watch_seconds=5,
+                      page_size=1_000_000)
     assert watcher.claims is not None
     thread = threading.Thread(target=watcher.run, args=(stop,), daemon=True)
     thread.start()
