@@ -97,9 +97,10 @@ def test_the_only_revision_uninstalled_by_a_remediation_that_kept_history() -> N
 
 
 def test_an_older_deployed_revision_does_not_refuse() -> None:
-    """Upgrade remediation with strategy uninstall and keepHistory: v1 stays `deployed` (a
-    failed upgrade supersedes nothing), v2 `uninstalled`.  Helm's name check and
-    helm-controller look at the newest only; deleting v2 leaves v1 to upgrade from."""
+    """Upgrade remediation with strategy uninstall and keepHistory under helm-controller
+    v1.4.3 (Helm v3.19: a failed upgrade supersedes nothing, nor does the uninstall): v1
+    `deployed`, v2 `uninstalled`.  Helm's name check and helm-controller look at the newest
+    only; deleting v2 leaves v1 to upgrade from."""
     storage = [secret(1, "deployed"), secret(2, "uninstalled")]
     choice = plan.choose(in_use(), storage)
     assert choice.ok and choice.revision is not None and choice.revision.number == 2
