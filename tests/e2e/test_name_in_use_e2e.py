@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kubectl_flux_plunger.core import constants as C
 from testplane import binaries
 from testplane.cluster import eventually
@@ -105,11 +107,16 @@ def test_install_replace_is_left_to_helm_controller(helm_controller, chart_serve
     assert _item(cli, ns, name)["state"] == "healthy"
 
 
+@pytest.mark.parametrize("by", ["recover", "serve"])
 def test_an_interrupted_uninstall_under_a_legacy_snapshot_is_recovered(
-        helm_controller, chart_server, cluster, ns, cli):
+        helm_controller, chart_server, cluster, ns, cli, serve, by):  # noqa: F811
     """The upgrade of Flux: the release's history as helm-controller <= v1.4 wrote it, then
-    an interrupted `helm uninstall` (revision 1 rewritten `uninstalling` in place)."""
-    name = "legacy"
+    an interrupted `helm uninstall` (revision 1 rewritten `uninstalling` in place); recovered
+    by `recover`, or by a running serve on its own (it selects the release by label once
+    helm-controller reported)."""
+    name = f"legacy-{by}"
+    s = serve("-n", ns, "--no-leader-elect", *FAST, "-l", "recover=yes") if by == "serve" \
+        else None
     publish_version(cluster.kube, ns, name, chart_server, "0.1.0")
     from testplane.cluster import Cluster
     from testplane.helmctl import helmrelease
@@ -134,7 +141,13 @@ def test_an_interrupted_uninstall_under_a_legacy_snapshot_is_recovered(
     assert (item["state"], item["face"]) == \
         ("stuck", "state-error" if v15 else "no-deployed-releases"), item
     assert "apiVersion" not in latest_snapshot(cluster.get(ns, name)), "the snapshot was rewritten"
-    res = cli("recover", "-n", ns, name)
-    assert res.code == 0 and f"{name} recovered: deleted revision 1 (uninstalling)" in res.out, res
+    if s is None:
+        res = cli("recover", "-n", ns, name)
+        assert res.code == 0 and f"{name} recovered: deleted revision 1 (uninstalling)" in res.out, res
+    else:
+        cluster.merge(ns, name, {"metadata": {"labels": {"recover": "yes"}}})
     _left_clean(wait_released(cluster.kube, ns, name, 1, "0.1.0"))
     assert release_statuses(cluster.kube, ns, name) == {1: "deployed"}
+    if s is not None:
+        eventually(lambda: (s.metric("flux_plunger_recoveries_total", result="recovered") or 0)
+                   >= 1, 20, "the recovery to be counted")
