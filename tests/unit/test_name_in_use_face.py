@@ -222,3 +222,44 @@ def test_a_legacy_snapshot_does_not_lift_the_other_checks() -> None:
                     status_extra=history(2, "deployed", api_version=None))
     assert plan.choose(superseded, [secret(2, "superseded")]).refusal \
         is Refusal.UNEXPECTED_STATUS
+
+
+# --- every verdict of the face, whole (what `status` and `recover` print) ---------------------
+
+
+def _rev(number: int, status: str):
+    from kubectl_flux_plunger.core.storage import Revision
+    return Revision.from_secret(secret(number, status))
+
+
+def test_each_verdict_of_the_face_whole() -> None:
+    from kubectl_flux_plunger.core.storage import Choice
+    older = secret(1, "superseded")
+    assert plan.choose(in_use(), [older, secret(2, "failed")]) == Choice(
+        _rev(2, "failed"), "failed", False,
+        "newest revision 2 has status failed, not uninstalled (helm-controller's next attempt "
+        "reports anew)", refusal=Refusal.STALE_FACE)
+    assert plan.choose(in_use(recorded=(1, "deployed")), [older, secret(2, "uninstalled")]) \
+        == Choice(_rev(2, "uninstalled"), "uninstalled", False,
+                  "status.history's latest snapshot is revision 1 ('deployed'), not newest "
+                  "revision 2 (uninstalled): helm-controller's next attempt takes the release "
+                  "for unmanaged", refusal=Refusal.STALE_FACE)
+    assert plan.choose(in_use(replace=True), [older, secret(2, "uninstalled")]) == Choice(
+        _rev(2, "uninstalled"), "uninstalled", False,
+        "newest revision 2 has status uninstalled and spec.install.replace is set: "
+        "helm-controller's next install reuses the name", refusal=Refusal.HELM_HANDLES)
+    corrupt = secret(2, "uninstalled")
+    corrupt["data"]["release"] = "%%%"
+    choice = plan.choose(in_use(), [older, corrupt])
+    assert choice.refusal is Refusal.CORRUPT and choice.reason.startswith(
+        "newest revision 2 has a corrupt payload: data.release is not valid base64 ("), choice
+
+
+def test_a_state_error_over_an_empty_history_whole() -> None:
+    from kubectl_flux_plunger.core.storage import Choice
+    release = hr(conditions=[state_error_condition(observed_generation=1)],
+                 last_attempted_generation=1, observed_generation=1)
+    assert plan.choose(release, [secret(2, "uninstalling")]) == Choice(
+        _rev(2, "uninstalling"), "uninstalling", False,
+        "status.history is empty: helm-controller's next attempt takes the release for "
+        "unmanaged", refusal=Refusal.STALE_FACE)
