@@ -397,6 +397,29 @@ TABLE_HEAD = ("| cell | newest | `status.history` | older `deployed` | `install.
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 
 
+LEGEND = """\
+* cell: `<newest status>-<history>-d<older deployed: 0|1>[-r<install.replace: 0|1>]`, one
+  HelmRelease each, built from real actions (testplane/verdicts.py).  `status.history`:
+  *empty* — the Helm CLI made the storage before the HelmRelease existed; *matching* —
+  helm-controller's own failing install, upgrade or remediation left it (its snapshot is of
+  the newest revision); *stale* — helm-controller installed, then the Helm CLI acted while it
+  did not watch the release (its snapshot is of an earlier state); *legacy* — stale, the
+  snapshot without `apiVersion` as helm-controller <= v1.4 writes it (v1.4.3 writes none: on
+  it every snapshot is legacy).  *upgrade-path*: helm-controller v1.4.3 installed, `helm
+  uninstall` failed on its pre-delete hook, then this version took over.
+* helm-controller, with the chart fixed (1.0.0, no hooks): *recovers* — `Ready=True` after a
+  reconcile request it handled; *fails-for-good* — the same `Ready` failure and the same
+  storage after three handled requests in a row.
+* flux-plunger: `status -A -o json`'s state, helm-controller paused at that verdict (a
+  release it does not list is healthy).  agree: *stuck* ⇔ fails for good on a status
+  flux-plunger repairs (`uninstall*`, `pending-*`, `unknown`), *failing* on another,
+  *healthy* when helm-controller recovers.  after `recover` (one `recover -o json` naming
+  every fails-for-good cell): *Ready* (`Ready=True` within 120 s), or its result for a
+  release it did not recover.
+
+"""
+
+
 def table_path(root: Path, version: str) -> Path:
     """The committed table for helm-controller ``version``."""
     return root / "docs" / "verdicts" / f"helm-controller-{version}.md"
@@ -414,7 +437,7 @@ def render(version: str, rows: list[tuple[Cell, str, Verdict, str, str]],
            f"{version}; do not edit: FLUX_PLUNGER_WRITE_VERDICTS=1 rewrites it -->\n",
            f"Helm storage × `status.history` on helm-controller **{version}**: what "
            f"helm-controller does once the chart is fixed, and what `kubectl flux-plunger "
-           f"status` says.\n\n", TABLE_HEAD]
+           f"status` says.\n\n", LEGEND, TABLE_HEAD]
     for cell, name, verdict, plunger, recovered in sorted(rows, key=lambda r: (
             STATUSES.index(r[0].status), HISTORIES.index(r[0].history), r[0].deployed,
             r[0].replace is True, r[1])):

@@ -184,13 +184,17 @@ def _plunger_states(cli, cluster, ns: str, hc: HelmController, results) -> dict[
 
 
 def _recover(cli, cluster, ns: str, names: list[str], deadline: float = 120) -> dict[str, str]:
-    """``recover`` the releases; ``{name: "Ready" | "not Ready"}`` once all are
-    ``Ready=True`` or the deadline passed."""
+    """``recover -o json`` the releases; ``{name: "Ready" | "not Ready" | recover's result}``:
+    each one it recovered, once ``Ready=True`` or the deadline passed; the others with what
+    recover made of them (``unchanged``, ``skipped``, ...)."""
     if not names:
         return {}
-    res = cli("recover", "-n", ns, *names, timeout=300)
+    res = cli("recover", "-n", ns, "-o", "json", *names, timeout=300)
     print(f"recover {len(names)} releases: exit {res.code}\n{res.out}{res.err}")
-    pending = set(names)
+    results = {item["metadata"]["name"]: item["result"]
+               for item in json.loads(res.out)["items"]}
+    pending = {name for name in names if results.get(name) == "recovered"}
+    awaited = set(pending)
 
     def all_back() -> bool:
         pending.difference_update({n for n in pending if settled_ready(cluster.get(ns, n))})
@@ -199,4 +203,5 @@ def _recover(cli, cluster, ns: str, names: list[str], deadline: float = 120) -> 
         wait_for(all_back, deadline, "every recovered release Ready=True", interval=0.5)
     except TimeoutError:
         pass            # reported per release below
-    return {name: "not Ready" if name in pending else "Ready" for name in names}
+    return {name: ("not Ready" if name in pending else "Ready") if name in awaited
+            else f"{results.get(name, 'not listed')}: not Ready" for name in names}
