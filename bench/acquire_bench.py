@@ -15,7 +15,9 @@ seconds and runs the real CLI.  helm-controller runs with the e2e tier's flags
 writes race our acquire as in a busy cluster).  Prints per-round lines and the totals.
 With ``--face state-error`` the release is stuck the way helm-controller's own install
 remediation leaves it (issue 47: revision 1 ``uninstalling`` in its history, Ready=False
-StateError), then its chart is fixed.  Without ``--serve`` each round also times stuck →
+StateError), then its chart is fixed; with ``--face name-in-use`` the same remediation keeps
+the history (issue 56: revision 1 ``uninstalled``, Helm's install "cannot reuse a name"), then
+its chart is fixed.  Without ``--serve`` each round also times stuck →
 Ready: from starting the recovery until helm-controller reports Ready=True again.
 Run it against another tree with ``--tree PATH`` (e.g. a checkout of an older commit) to
 compare before/after in one run.  With ``--serve`` one ``serve`` process (all namespaces, no
@@ -47,7 +49,7 @@ from testplane.helmctl import (ChartServer, HelmController, break_release,  # no
                                build_chart, helmrelease, is_ready, publish_chart, ready,
                                request_reconcile)
 from testplane.helmctl import (FIXED_VERSION, publish_version,  # noqa: E402
-                               stuck_install_remediation)
+                               stuck_install_remediation, stuck_keep_history, wait_name_in_use)
 from testplane.plane import ControlPlane  # noqa: E402
 
 UA = "kubectl-flux-plunger"
@@ -61,6 +63,13 @@ def stuck_release(cluster: Cluster, server: ChartServer, chart: Path, ns: str,
         # StateError).  The chart is then fixed, so the recovery's install succeeds
         stuck_install_remediation(cluster.kube, ns, "demo", server)
         publish_version(cluster.kube, ns, "demo", server, FIXED_VERSION)
+        return
+    if face == "name-in-use":
+        # issue 56: the install remediation's uninstall keeps the history (revision 1
+        # uninstalled) and Helm's install refuses the name; the chart is then fixed
+        stuck_keep_history(cluster.kube, ns, "demo", server)
+        publish_version(cluster.kube, ns, "demo", server, FIXED_VERSION)
+        wait_name_in_use(cluster.kube, ns, "demo", 1, chart=f"demo@{FIXED_VERSION}")
         return
     publish_chart(cluster.kube, ns, "demo", chart, server)
     cluster.apply(helmrelease(ns, "demo", "demo"), manager="kustomize-controller")
@@ -165,7 +174,7 @@ def main() -> int:
                     help="run this tree's executor in-process instead of the CLI")
     ap.add_argument("--serve", action="store_true",
                     help="count what a running serve process sends per recovery")
-    ap.add_argument("--face", choices=("no-deployed-releases", "state-error"),
+    ap.add_argument("--face", choices=("no-deployed-releases", "state-error", "name-in-use"),
                     default="no-deployed-releases",
                     help="how the release is stuck: an interrupted uninstall (\"has no deployed "
                          "releases\") or helm-controller's failed remediation (StateError); "

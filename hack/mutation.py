@@ -88,11 +88,16 @@ TARGETS: tuple[Target, ...] = (
     Target("ownership", "kubectl_flux_plunger/core/ownership.py", UNIT, "core"),
     # the storage verdict: choose_revision and every function it reaches
     Target("storage", "kubectl_flux_plunger/core/storage.py", UNIT, "core", functions=(
-        "choose_revision", "_check_newest", "_check_state_error", "_invalid",
+        "choose_revision", "_check_newest", "_check_state_error", "_check_name_in_use",
+        "_unverified", "_install_replaces", "_invalid",
         "_history_latest", "_label_deployed", "_storage_of", "_refuse",
-        "_describe", "_why_not_blocking", "_payload_status", "_try_decode", "decode_payload",
-        "_b64decode", "Revision.from_secret", "_revision_number", "_dig", "release_name",
+        "_describe", "_why_not_blocking", "_payload_status", "_try_decode",
+        "Revision.from_secret", "_revision_number", "_dig", "release_name",
         "_configured_release_name", "shorten_name", "storage_namespace",
+    )),
+    # the payload's decoding, which the storage verdict reads
+    Target("payload", "kubectl_flux_plunger/core/payload.py", UNIT, "core", functions=(
+        "decode_payload", "_b64decode",
     )),
     Target("detect", "kubectl_flux_plunger/core/detect.py", UNIT, "core"),
     Target("selector", "kubectl_flux_plunger/core/selector.py", UNIT, "core"),

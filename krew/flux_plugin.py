@@ -55,7 +55,7 @@ LAUNCHER = HERE / "launcher"
 API_VERSION = "cli.fluxcd.io/v1beta1"
 NAME = "plunger"                 # `flux plunger`
 BIN = "flux-plunger"             # what Flux installs (flux-<name>; .exe added on Windows)
-DESCRIPTION = "Unstick Flux HelmReleases: no deployed releases"
+DESCRIPTION = "Unstick Flux HelmReleases a Helm revision blocks"
 LICENSE = "Apache-2.0"
 DEFAULT_REPO = "cozystack/kubectl-flux-plunger"
 GO_FLAGS = ("-trimpath", "-buildvcs=false")

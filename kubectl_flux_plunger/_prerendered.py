@@ -3,14 +3,14 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '27ec6de6'
+FINGERPRINT = '21ff5ffe'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (
         'Usage: kubectl flux-plunger [OPTIONS] [COMMAND] [ARGS]...\n'
         '\n'
-        '  Unstick Flux HelmReleases stuck for good ("has no deployed releases",\n'
-        '  StateError), safely.\n'
+        '  Unstick Flux HelmReleases whose newest Helm revision blocks helm-controller,\n'
+        '  safely.\n'
         '\n'
         '  flux-plunger deletes the newest Helm storage revision of a stuck release\n'
         '  while helm-controller is kept off it (an owned suspension plus an uninstall\n'
@@ -41,7 +41,7 @@ TEXT = {
     '--help|kubectl flux-plunger|100': (
         'Usage: kubectl flux-plunger [OPTIONS] [COMMAND] [ARGS]...\n'
         '\n'
-        '  Unstick Flux HelmReleases stuck for good ("has no deployed releases", StateError), safely.\n'
+        '  Unstick Flux HelmReleases whose newest Helm revision blocks helm-controller, safely.\n'
         '\n'
         '  flux-plunger deletes the newest Helm storage revision of a stuck release while helm-controller\n'
         '  is kept off it (an owned suspension plus an uninstall fence), then lets helm-controller\n'
@@ -71,8 +71,8 @@ TEXT = {
     '--help|flux plunger|80': (
         'Usage: flux plunger [OPTIONS] [COMMAND] [ARGS]...\n'
         '\n'
-        '  Unstick Flux HelmReleases stuck for good ("has no deployed releases",\n'
-        '  StateError), safely.\n'
+        '  Unstick Flux HelmReleases whose newest Helm revision blocks helm-controller,\n'
+        '  safely.\n'
         '\n'
         '  flux-plunger deletes the newest Helm storage revision of a stuck release\n'
         '  while helm-controller is kept off it (an owned suspension plus an uninstall\n'
@@ -103,7 +103,7 @@ TEXT = {
     '--help|flux plunger|100': (
         'Usage: flux plunger [OPTIONS] [COMMAND] [ARGS]...\n'
         '\n'
-        '  Unstick Flux HelmReleases stuck for good ("has no deployed releases", StateError), safely.\n'
+        '  Unstick Flux HelmReleases whose newest Helm revision blocks helm-controller, safely.\n'
         '\n'
         '  flux-plunger deletes the newest Helm storage revision of a stuck release while helm-controller\n'
         '  is kept off it (an owned suspension plus an uninstall fence), then lets helm-controller\n'

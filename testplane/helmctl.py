@@ -413,3 +413,72 @@ def stuck_upgrade_remediation(kube, namespace: str, name: str, server: ChartServ
         if revision < failing:
             wait_released(kube, namespace, name, revision, version, deadline)
     return wait_state_error(kube, namespace, name, failing, deadline)
+
+
+NAME_IN_USE = ("cannot reuse a name that is still in use", "cannot re-use a name that is still in use")
+
+
+def wait_name_in_use(kube, namespace: str, name: str, revision: int, *, chart: str | None = None,
+                     deadline: float = 240) -> dict:
+    """Until helm-controller reports Ready=False with Helm's name check ("cannot reuse a
+    name that is still in use", from chart ``chart`` — ``name@version`` — when given) and
+    revision ``revision`` ``uninstalled`` is the newest in storage; returns the HelmRelease."""
+    def stuck(hr):
+        status, _, message = ready(hr) or ("", "", "")
+        if status != "False" or not any(m in message for m in NAME_IN_USE):
+            return False
+        if chart is not None and f"with chart {chart}:" not in message:
+            return False
+        statuses = release_statuses(kube, namespace, name)
+        return max(statuses, default=None) == revision and statuses[revision] == "uninstalled"
+    return _wait_hr(kube, namespace, name, stuck, deadline,
+                    f"Ready=False 'cannot reuse a name' with revision {revision} uninstalled")
+
+
+def stuck_keep_history(kube, namespace: str, name: str, server: ChartServer, *,
+                       upgrade: bool = False, timeout: str = HOOK_TIMEOUT,
+                       deadline: float = 240) -> dict:
+    """Issue 56's face 3, from real failures: ``spec.uninstall.keepHistory: true`` and a
+    remediation whose uninstall succeeds (no pre-delete hook) and keeps the history.
+
+    * install (``upgrade`` False): chart 0.1.0 with a post-install hook that never finishes,
+      ``install.remediation.retries: 1``: the install fails, the remediation uninstalls:
+      revision 1 ``uninstalled``;
+    * upgrade: chart 0.1.0 (no hooks) installs as revision 1; 0.2.0 adds a post-upgrade
+      hook: the upgrade fails, ``upgrade.remediation {retries: 1, strategy: uninstall}``
+      uninstalls revision 2: v2 ``uninstalled`` over v1 ``superseded`` (Helm v4's
+      uninstall supersedes every deployed revision) or ``deployed`` (Helm v3.19,
+      helm-controller v1.4.3).
+
+    Either way helm-controller then installs (Absent) and Helm refuses the name, for ever.
+    Returns the HelmRelease once it says so."""
+    from .cluster import Cluster
+
+    if upgrade:
+        publish_version(kube, namespace, name, server, "0.1.0")
+        body = hooked_release(namespace, name, timeout=timeout,
+                              upgrade={"retries": 1, "strategy": "uninstall"})
+    else:
+        publish_version(kube, namespace, name, server, "0.1.0", ("post-install",))
+        body = hooked_release(namespace, name, timeout=timeout, install={"retries": 1})
+    body["spec"]["uninstall"]["keepHistory"] = True
+    Cluster(kube).apply(body, manager="kustomize-controller")
+    if not upgrade:
+        return wait_name_in_use(kube, namespace, name, 1, deadline=deadline)
+    wait_released(kube, namespace, name, 1, "0.1.0", deadline)
+    publish_version(kube, namespace, name, server, "0.2.0", ("post-upgrade",))
+    return wait_name_in_use(kube, namespace, name, 2, deadline=deadline)
+
+
+def legacy_snapshot(kube, namespace: str, name: str) -> dict:
+    """Rewrite the HelmRelease's ``status.history`` without ``apiVersion`` — the snapshots
+    helm-controller <= v1.4 wrote, as a release untouched since an upgrade of Flux keeps
+    them; returns the history written."""
+    from kubectl_flux_plunger.kube import MERGE_PATCH, hr_path
+
+    hr = kube.get_hr(namespace, name)
+    history = [{k: v for k, v in snap.items() if k != "apiVersion"}
+               for snap in hr["status"]["history"]]
+    kube.request("PATCH", "PATCH", hr_path(namespace, name) + "/status",
+                 content_type=MERGE_PATCH, body={"status": {"history": history}})
+    return history

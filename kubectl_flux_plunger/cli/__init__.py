@@ -36,7 +36,7 @@ CONTEXT_SETTINGS = {"help_option_names": ["-h", "--help"], "max_content_width": 
 @click.version_option(__version__, "--version", message="%(version)s")
 @click.pass_context
 def cli(ctx: click.Context) -> None:
-    """Unstick Flux HelmReleases stuck for good ("has no deployed releases", StateError), safely.
+    """Unstick Flux HelmReleases whose newest Helm revision blocks helm-controller, safely.
 
     flux-plunger deletes the newest Helm storage revision of a stuck release while
     helm-controller is kept off it (an owned suspension plus an uninstall fence), then

@@ -27,11 +27,21 @@ HR_KIND = "HelmRelease"
 HR_PLURAL = "helmreleases"
 
 # The faces of a release stuck for good (SPEC §4; docs/DESIGN.md "Faces of a stuck release"):
-# Helm's upgrade error when helm-controller took the release for unmanaged, and
-# helm-controller's own StateError when its history recorded a revision it cannot place.
+# Helm's upgrade error when helm-controller took the release for unmanaged,
+# helm-controller's own StateError when its history recorded a revision it cannot place, and
+# Helm's install error when the newest revision is `uninstalled` with its history kept
+# (helm-controller installs over it; Helm refuses a name with history unless Replace).
 STUCK_MESSAGE = "has no deployed releases"
 STATE_ERROR_REASON = "StateError"
 STATE_ERROR_MESSAGE = "unable to determine state for release with status '"
+# Helm v4 (helm-controller v1.5+) and Helm v3 (helm-controller <= v1.4) spell it apart
+NAME_IN_USE_MESSAGES = (
+    "cannot reuse a name that is still in use",
+    "cannot re-use a name that is still in use",
+)
+# status.history snapshots helm-controller v1.5+ writes and verifies; one without it (a
+# "legacy" snapshot, as helm-controller <= v1.4 wrote them) is verified against nothing
+SNAPSHOT_API_VERSION = "v2"
 HELM_SECRET_TYPE = "helm.sh/release.v1"
 
 # Helm statuses of a newest revision that make helm-controller's upgrade fail with

@@ -82,6 +82,10 @@ class Face(str, enum.Enum):
     # helm-controller's own history recorded the newest revision, in a status its
     # DetermineReleaseState cannot place (Ready=False, reason StateError)
     STATE_ERROR = "state-error"
+    # Helm's install error: the newest revision is `uninstalled` (an uninstall kept its
+    # history), helm-controller installs (Absent) and Helm refuses a name with history
+    # unless spec.install.replace
+    NAME_IN_USE = "name-in-use"
 
     def __str__(self) -> str:
         return self.value
@@ -90,13 +94,24 @@ class Face(str, enum.Enum):
 _STATE_ERROR_STATUS = re.compile(re.escape(constants.STATE_ERROR_MESSAGE) + r"([^']*)'")
 
 
-def _no_deployed(c: Obj) -> bool:
-    """A False condition carrying Helm's "has no deployed releases"."""
+def _failed_with(c: Obj, *messages: str) -> bool:
+    """A False condition whose message carries one of ``messages``."""
+    message = c.get("message")
     return (
         c.get("status") == "False"
-        and isinstance(c.get("message"), str)
-        and constants.STUCK_MESSAGE in c["message"]
+        and isinstance(message, str)
+        and any(m in message for m in messages)
     )
+
+
+def _no_deployed(c: Obj) -> bool:
+    """A False condition carrying Helm's "has no deployed releases"."""
+    return _failed_with(c, constants.STUCK_MESSAGE)
+
+
+def _name_in_use(c: Obj) -> bool:
+    """A False condition carrying Helm's "cannot reuse a name that is still in use"."""
+    return _failed_with(c, *constants.NAME_IN_USE_MESSAGES)
 
 
 def state_error_status(hr: Obj) -> str | None:
@@ -124,18 +139,25 @@ def stuck_face(hr: Obj) -> Face | None:
       Unknown (helm-controller mid-retry marks it Unknown/Progressing while it runs the
       upgrade again) and the Released condition still carries that failure;
     * ``STATE_ERROR``: Ready is False, reason ``StateError``, and the message quotes the
-      status helm-controller could not place (``state_error_status``).
+      status helm-controller could not place (``state_error_status``);
+    * ``NAME_IN_USE``: as ``NO_DEPLOYED``, with Helm's install error "cannot reuse a name
+      that is still in use" (Helm v3: "re-use"; the reason, usually ``InstallFailed``, is
+      not examined).
     """
     conditions = _conditions(hr)
     ready = [c for c in conditions if c.get("type") == "Ready"]
+    retrying = any(c.get("status") == "Unknown" for c in ready)
+    released = [c for c in conditions if c.get("type") == "Released"] if retrying else []
     if any(_no_deployed(c) for c in ready):
         return Face.NO_DEPLOYED
     if state_error_status(hr) is not None:
         return Face.STATE_ERROR
-    if any(c.get("status") == "Unknown" for c in ready) and any(
-        c.get("type") == "Released" and _no_deployed(c) for c in conditions
-    ):
+    if any(_name_in_use(c) for c in ready):
+        return Face.NAME_IN_USE
+    if any(_no_deployed(c) for c in released):
         return Face.NO_DEPLOYED
+    if any(_name_in_use(c) for c in released):
+        return Face.NAME_IN_USE
     return None
 
 

@@ -74,8 +74,9 @@ RECOVERY_FAILED = EventSpec(
 RECOVERED = EventSpec(
     "Recovered",
     NORMAL,
-    'Deleted the Helm storage revision that kept helm-controller stuck ("has no deployed '
-    'releases" or StateError); helm-controller reconciles the release again',
+    "Deleted the Helm storage revision that blocked every helm-controller action (its "
+    '"has no deployed releases", StateError or "cannot reuse a name"); helm-controller '
+    "reconciles the release again",
 )
 
 

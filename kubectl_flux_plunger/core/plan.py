@@ -115,6 +115,8 @@ class Decision:
 FACE_WORDS = {
     Face.NO_DEPLOYED: 'stuck with "has no deployed releases"',
     Face.STATE_ERROR: "stuck with StateError (a revision helm-controller cannot place)",
+    Face.NAME_IN_USE: 'stuck with "cannot reuse a name that is still in use" (an uninstall '
+    "kept its history)",
 }
 
 
@@ -329,9 +331,11 @@ class StorageVerdict:
 def choose(hr: Obj, secrets: list[Obj]) -> storage.Choice:
     """The §4 storage check for the face ``hr`` shows (``detect.stuck_face``): a StateError
     judges the newest revision against the status it quotes and helm-controller's history;
-    any other state (a "has no deployed releases", or none) as "has no deployed releases"."""
-    reported = state_error_status(hr) if stuck_face(hr) is Face.STATE_ERROR else None
-    return storage.choose_revision(hr, secrets, reported)
+    Helm's name check against an ``uninstalled`` newest revision; any other state (a "has no
+    deployed releases", or none) as "has no deployed releases"."""
+    face = stuck_face(hr)
+    reported = state_error_status(hr) if face is Face.STATE_ERROR else None
+    return storage.choose_revision(hr, secrets, reported, name_in_use=face is Face.NAME_IN_USE)
 
 
 def storage_verdict(

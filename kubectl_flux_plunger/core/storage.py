@@ -2,48 +2,35 @@
 
 Helm keeps one Secret per revision, ``sh.helm.release.v1.<release>.v<N>`` of type
 ``helm.sh/release.v1`` labelled ``owner=helm,name=<release>,status=…,version=<N>``; its
-``data.release`` is base64(gzip(JSON)) inside the Secret's own base64.  ``choose_revision`` is the
-whole safety check: it returns ok only for a newest revision whose payload status produces
-the face helm-controller shows — "has no deployed releases" while no revision is deployed, or
-its StateError on a revision its own history recorded (``state_error``).
+payload (``payload``) is the Release.  ``choose_revision`` is the whole safety check: it
+returns ok only for a newest revision whose payload status produces the face helm-controller
+shows — "has no deployed releases" while no revision is deployed, its StateError on a
+revision its own history recorded (``state_error``), or Helm's install refusing a name whose
+newest revision is ``uninstalled`` (``name_in_use``).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import enum
-import gzip
 import hashlib
-import json
 import re
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from . import constants
 from .objects import Obj
+from .payload import PayloadError as PayloadError  # re-exported
+from .payload import decode_payload as decode_payload  # re-exported
+from .payload import encode_payload as encode_payload  # re-exported
+from .payload import make_storage_secret as make_storage_secret  # re-exported
 
 MAX_RELEASE_NAME = 53
 _SHORT_PREFIX = 40
 _SHORT_HASH = 12
-_GZIP_MAGIC = b"\x1f\x8b\x08"
 # a revision is a Go int: at most 18 digits (longer runs are not revisions, and would exceed
 # Python's int-from-string digit limit)
 _DECIMAL = re.compile(r"[0-9]{1,18}")
 _SECRET_NAME = re.compile(r"sh\.helm\.release\.v1\..+\.v([0-9]{1,18})")
-
-# Helm's own descriptions, so crafted storage looks like what Helm writes.
-_DESCRIPTIONS = {
-    "deployed": "Install complete",
-    "superseded": "Superseded by new release",
-    "failed": "Release failed",
-    "uninstalling": "Deletion in progress (or silently failed)",
-    "uninstalled": "Uninstallation complete",
-    "pending-install": "Initial install underway",
-    "pending-upgrade": "Preparing upgrade",
-    "pending-rollback": "Preparing rollback",
-}
 
 
 def _dig(obj: Any, *keys: str) -> Any:
@@ -56,10 +43,6 @@ def _dig(obj: Any, *keys: str) -> Any:
             return None
         obj = obj.get(key)
     return obj
-
-
-class PayloadError(ValueError):
-    """A storage Secret's ``data.release`` cannot be decoded into a Release."""
 
 
 def shorten_name(name: str) -> str:
@@ -151,93 +134,6 @@ class Revision:
             number=_revision_number(name, labels),
             label_status=status if isinstance(status, str) else None,
         )
-
-
-def _b64decode(value: Any, what: str) -> bytes:
-    """Strict base64 decode, turning every failure into a one-line PayloadError."""
-    try:
-        return base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise PayloadError(f"{what} is not valid base64 ({exc})") from None
-
-
-def decode_payload(secret: Obj) -> Obj:
-    """The Release JSON stored in a Secret's ``data.release``.
-
-    Undo the Secret's base64, then Helm's base64, then gzip when the bytes carry its magic
-    (Helm only gunzips then), then parse JSON.  Raises PayloadError with a one-line message.
-    """
-    raw = _dig(secret, "data", "release")
-    if not isinstance(raw, str) or not raw:
-        raise PayloadError("data.release is missing")
-    blob = _b64decode(_b64decode(raw, "data.release"), "the Helm release blob")
-    if blob.startswith(_GZIP_MAGIC):
-        try:
-            blob = gzip.decompress(blob)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise PayloadError(f"the gzip stream is corrupt ({exc})") from None
-    try:
-        text = blob.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PayloadError("the release is not UTF-8 text") from None
-    try:
-        release = json.loads(text)
-    except ValueError as exc:
-        raise PayloadError(f"the release is not JSON ({exc})") from None
-    if not isinstance(release, dict):
-        raise PayloadError("the release JSON is not an object")
-    return release
-
-
-def encode_payload(release: Obj) -> str:
-    """The ``data.release`` value storing ``release``: base64(base64(gzip(JSON)))."""
-    helm_blob = base64.b64encode(gzip.compress(json.dumps(release).encode()))
-    return base64.b64encode(helm_blob).decode()
-
-
-def make_storage_secret(
-    release_name: str,
-    namespace: str,
-    revision: int,
-    status: str,
-    *,
-    chart_name: str = "demo",
-    chart_version: str = "0.1.0",
-    extra: Obj | None = None,
-) -> Obj:
-    """A complete Helm storage Secret body for one revision, label and payload consistent.
-
-    ``extra`` is merged into the Release payload's top level (e.g. to set a mismatching
-    ``version`` or a custom ``info``), so fixtures can craft odd storage too.
-    """
-    release: dict[str, Any] = {
-        "name": release_name,
-        "namespace": namespace,
-        "version": revision,
-        "info": {"status": status, "description": _DESCRIPTIONS.get(status, "")},
-        "chart": {
-            "metadata": {"apiVersion": "v2", "name": chart_name, "version": chart_version},
-        },
-        "manifest": "",
-        "config": {},
-    }
-    release.update(extra or {})
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": constants.HELM_SECRET_TYPE,
-        "metadata": {
-            "name": f"sh.helm.release.v1.{release_name}.v{revision}",
-            "namespace": namespace,
-            "labels": {
-                "owner": "helm",
-                "name": release_name,
-                "status": status,
-                "version": str(revision),
-            },
-        },
-        "data": {"release": encode_payload(release)},
-    }
 
 
 class Refusal(str, enum.Enum):
@@ -370,12 +266,32 @@ def _check_newest(newest: Revision, secret: Obj, deployed: Revision | None) -> C
     return Choice(newest, status, True, f"{label} has status {status} and no revision is deployed")
 
 
-def _history_latest(hr: Obj) -> tuple[Any, Any]:
-    """(version, status) of ``status.history``'s latest snapshot; (None, None) when absent."""
+def _history_latest(hr: Obj) -> Obj | None:
+    """``status.history``'s latest snapshot; None when the history is empty or absent."""
     history = _dig(hr, "status", "history")
     if isinstance(history, list) and history and isinstance(history[0], dict):
-        return history[0].get("version"), history[0].get("status")
-    return None, None
+        return history[0]
+    return None
+
+
+def _unverified(snapshot: Obj | None, newest: Revision, status: str) -> str | None:
+    """Why helm-controller would not take ``snapshot`` (the history's latest) for the
+    ``newest`` revision in ``status`` — its next attempt then takes the release for unmanaged
+    and upgrades — else None: the snapshot is that revision in that status, or a legacy one
+    (no ``apiVersion: v2``, as helm-controller <= v1.4 wrote it), which helm-controller
+    v1.5+ verifies against nothing (VerifyReleaseObject's graceful migration).  (helm-controller
+    <= v1.4 verifies every snapshot's digest; a face it reported over a legacy snapshot that
+    no longer matches is a stale one, and its next attempt upgrades — see docs/DESIGN.md.)"""
+    if snapshot is None or snapshot.get("apiVersion") != constants.SNAPSHOT_API_VERSION:
+        return None
+    recorded, recorded_status = snapshot.get("version"), snapshot.get("status")
+    if recorded == newest.number and recorded_status == status:
+        return None
+    return (
+        f"status.history's latest snapshot is revision {recorded!r} ({recorded_status!r}), "
+        f"not newest revision {newest.number} ({status}): helm-controller's next attempt "
+        "takes the release for unmanaged"
+    )
 
 
 def _check_state_error(hr: Obj, newest: Revision, secret: Obj, reported: str) -> Choice:
@@ -407,16 +323,18 @@ def _check_state_error(hr: Obj, newest: Revision, secret: Obj, reported: str) ->
             newest,
             status,
         )
-    recorded, recorded_status = _history_latest(hr)
-    if recorded != newest.number or recorded_status != status:
+    snapshot = _history_latest(hr)
+    if snapshot is None:
         return _refuse(
             Refusal.STALE_FACE,
-            f"status.history's latest snapshot is revision {recorded!r} ({recorded_status!r}), "
-            f"not {label} ({status}): helm-controller's next attempt takes the release for "
+            "status.history is empty: helm-controller's next attempt takes the release for "
             "unmanaged",
             newest,
             status,
         )
+    unverified = _unverified(snapshot, newest, status)
+    if unverified is not None:
+        return _refuse(Refusal.STALE_FACE, unverified, newest, status)
     return Choice(
         newest,
         status,
@@ -426,11 +344,64 @@ def _check_state_error(hr: Obj, newest: Revision, secret: Obj, reported: str) ->
     )
 
 
-def choose_revision(hr: Obj, secrets: list[Obj], state_error: str | None = None) -> Choice:
+def _install_replaces(hr: Obj) -> bool:
+    """``spec.install.replace`` is literally true: Helm's install then reuses the name of
+    a release whose newest revision is uninstalled (or failed)."""
+    return _dig(hr, "spec", "install", "replace") is True
+
+
+def _check_name_in_use(hr: Obj, newest: Revision, secret: Obj) -> Choice:
+    """The face of Helm's install refusing the name (SPEC §4): helm-controller installs
+    when the newest revision is ``uninstalled`` (Absent: its history is empty, verifies it,
+    or is legacy), and Helm's install refuses any name with history unless Replace.  ok when
+    the newest payload is ``uninstalled``, helm-controller's history does not make it
+    upgrade instead, and ``spec.install.replace`` is not set.  An uninstalled release has
+    no resources left: deleting its newest revision leaves helm-controller an older one to
+    upgrade from, or none to install afresh.  An older ``deployed`` revision does not
+    refuse: helm-controller and Helm's name check look only at the newest."""
+    label = f"newest revision {newest.number}"
+    payload, error = _try_decode(secret)
+    invalid = _invalid(newest, payload, error)
+    if invalid is not None:
+        return invalid
+    status = _payload_status(payload) if payload is not None else None
+    if status != "uninstalled":
+        return _refuse(
+            Refusal.STALE_FACE,
+            f"{label} has status {status}, not uninstalled (helm-controller's next attempt "
+            "reports anew)",
+            newest,
+            status,
+        )
+    unverified = _unverified(_history_latest(hr), newest, "uninstalled")
+    if unverified is not None:
+        return _refuse(Refusal.STALE_FACE, unverified, newest, status)
+    if _install_replaces(hr):
+        return _refuse(
+            Refusal.HELM_HANDLES,
+            f"{label} has status uninstalled and spec.install.replace is set: helm-controller's "
+            "next install reuses the name",
+            newest,
+            status,
+        )
+    return Choice(
+        newest,
+        status,
+        True,
+        f"{label} has status uninstalled (an uninstall kept its history): helm-controller "
+        "installs and Helm cannot reuse the name (spec.install.replace: true is the "
+        "operator's own way out)",
+    )
+
+
+def choose_revision(
+    hr: Obj, secrets: list[Obj], state_error: str | None = None, name_in_use: bool = False
+) -> Choice:
     """Pick the revision to delete from the listed Secrets, or explain why none (SPEC §4).
 
     ``state_error``: the status helm-controller's StateError quotes (``detect.stuck_face``
-    is ``STATE_ERROR``), else None for "has no deployed releases".
+    is ``STATE_ERROR``); ``name_in_use``: the face is Helm's "cannot reuse a name that is
+    still in use" (``NAME_IN_USE``); neither: "has no deployed releases".
 
     ok only when the newest numbered revision is the only Secret with that number, its
     payload version matches its number, and its payload status is the face's: blocking with
@@ -464,4 +435,6 @@ def choose_revision(hr: Obj, secrets: list[Obj], state_error: str | None = None)
         )
     if state_error is not None:
         return _check_state_error(hr, newest, newest_secret, state_error)
+    if name_in_use:
+        return _check_name_in_use(hr, newest, newest_secret)
     return _check_newest(newest, newest_secret, _label_deployed(storage, newest))

@@ -68,6 +68,9 @@ class Front(Protocol):
     def add_first(self, key: str) -> bool: ...
 
 
+_STUCK_WORDS = (C.STUCK_MESSAGE, *C.NAME_IN_USE_MESSAGES)
+
+
 def last_seen(event: Obj) -> float | None:
     """When the Event last happened (epoch seconds), or None when it carries no time."""
     md = event.get("metadata") or {}
@@ -82,8 +85,11 @@ def last_seen(event: Obj) -> float | None:
 
 
 def _reported_key(event: Obj) -> str | None:
-    """``namespace/name`` of the HelmRelease a stuck report is about, else None."""
-    if event.get("type") != "Warning" or C.STUCK_MESSAGE not in str(event.get("message") or ""):
+    """``namespace/name`` of the HelmRelease a stuck report is about, else None: a Warning
+    carrying Helm's "has no deployed releases" (UpgradeFailed) or "cannot reuse a name that
+    is still in use" (InstallFailed).  (helm-controller records no Event for StateError.)"""
+    message = str(event.get("message") or "")
+    if event.get("type") != "Warning" or not any(m in message for m in _STUCK_WORDS):
         return None
     if C.EVENT_COMPONENT in (
         (event.get("source") or {}).get("component"),

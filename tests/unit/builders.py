@@ -62,11 +62,17 @@ def state_error_condition(status: str = "uninstalling", observed_generation: int
     return condition
 
 
-def history(version: int, status: str, name: str = "demo", namespace: str = "default") -> dict:
-    """``status.history`` as helm-controller records it: the latest snapshot first."""
-    return {"history": [{"name": name, "namespace": namespace, "version": version,
-                         "status": status, "digest": "sha256:0", "chartName": "demo",
-                         "chartVersion": "0.1.0", "configDigest": "sha256:1"}]}
+def history(version: int, status: str, name: str = "demo", namespace: str = "default",
+            api_version: str | None = "v2") -> dict:
+    """``status.history`` as helm-controller records it: the latest snapshot first.  A
+    snapshot helm-controller v1.5+ wrote carries ``apiVersion: v2``; ``api_version=None``
+    gives a legacy one (helm-controller <= v1.4 wrote none)."""
+    snapshot = {"name": name, "namespace": namespace, "version": version,
+                "status": status, "digest": "sha256:0", "chartName": "demo",
+                "chartVersion": "0.1.0", "configDigest": "sha256:1"}
+    if api_version is not None:
+        snapshot["apiVersion"] = api_version
+    return {"history": [snapshot]}
 
 
 def ready_condition() -> dict:
@@ -76,6 +82,20 @@ def ready_condition() -> dict:
         "status": "True",
         "reason": "UpgradeSucceeded",
         "message": "Helm upgrade succeeded",
+        "lastTransitionTime": CREATED,
+    }
+
+
+def name_in_use_condition(type: str = "Ready", spelling: str = "reuse",
+                          chart: str = "demo@0.1.0") -> dict:
+    """helm-controller's failed install over an ``uninstalled`` newest revision: Helm's name
+    check refuses (Helm v4 "reuse", Helm v3 "re-use")."""
+    return {
+        "type": type,
+        "status": "False",
+        "reason": "InstallFailed",
+        "message": f"Helm install failed for release default/demo with chart {chart}: release "
+                   f"name check failed: cannot {spelling} a name that is still in use",
         "lastTransitionTime": CREATED,
     }
 

@@ -48,6 +48,17 @@ def test_a_recent_stuck_report_names_its_release():
     assert reported([report("demo")], NOW) == ["apps/demo"]
 
 
+@pytest.mark.parametrize("spelling", ["reuse", "re-use"])
+def test_a_failed_install_over_an_uninstalled_revision_is_a_stuck_report(spelling):
+    """helm-controller's InstallFailed Warning when Helm refuses the name (issue 56)."""
+    message = (f"Helm install failed for release apps/web with chart web@0.1.0: release name "
+               f"check failed: cannot {spelling} a name that is still in use")
+    assert reported([report("web", message=message, reason="InstallFailed")], NOW) == ["apps/web"]
+    # another install failure is not
+    other = "Helm install failed for release apps/web with chart web@0.1.0: timed out"
+    assert reported([report("web", message=other, reason="InstallFailed")], NOW) == []
+
+
 @pytest.mark.parametrize("event", [
     report("old", RECENT_SECONDS + 60),                      # from an attempt long ago
     report("healthy", message="Helm upgrade succeeded"),      # another warning

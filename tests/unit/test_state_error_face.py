@@ -204,9 +204,10 @@ def test_a_stale_face_is_not_announced_but_a_corrupt_one_is() -> None:
     assert announced.stuck is plan.Stuck.CORRUPT_PAYLOAD
 
 
-def test_recovered_event_names_both_faces() -> None:
+def test_recovered_event_names_every_face() -> None:
     message = plan.RECOVERED.message
     assert "has no deployed releases" in message and "StateError" in message
+    assert "cannot reuse a name" in message
     assert detect.Face.STATE_ERROR.value == str(detect.Face.STATE_ERROR) == "state-error"
 
 
