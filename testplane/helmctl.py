@@ -150,15 +150,16 @@ class HelmController:
     """helm-controller running out of cluster with ``KUBECONFIG`` in its environment."""
 
     def __init__(self, kubeconfig: Path, workdir: Path, *, label_selector: str | None = None,
-                 extra_args: tuple[str, ...] = ()):
+                 extra_args: tuple[str, ...] = (), binary: Path | None = None):
         self.kubeconfig = kubeconfig
+        self.binary = binary  # another version's binary; default: the one the suite runs
         self.workdir = workdir
         self.label_selector = label_selector
         self.extra_args = tuple(extra_args)  # e.g. Flux's multi-tenancy lockdown flags
         self.process: Process | None = None
 
     def start(self) -> "HelmController":
-        binary = binaries.ensure("helm-controller")
+        binary = self.binary or binaries.ensure("helm-controller")
         env = dict(os.environ, KUBECONFIG=str(self.kubeconfig))
         health = free_port()
         argv = [str(binary), "--metrics-addr=0", f"--health-addr=127.0.0.1:{health}",

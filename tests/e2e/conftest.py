@@ -9,6 +9,7 @@ from testplane.cluster import eventually
 from testplane.helmctl import (ChartServer, HelmController, build_chart, helmrelease, is_ready,
                                publish_chart, ready)
 from testplane.plane import PlaneError
+from testplane.verdicts import CELL_LABEL
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +24,9 @@ def chart_server(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def helm_controller(plane, tmp_path_factory):
-    hc = HelmController(plane.kubeconfig, tmp_path_factory.mktemp("helm-controller"))
+    # the verdict table's cells (test_verdict_table_e2e.py) have a helm-controller of their own
+    hc = HelmController(plane.kubeconfig, tmp_path_factory.mktemp("helm-controller"),
+                        label_selector=f"!{CELL_LABEL}")
     try:
         hc.start()
     except (BuildError, PlaneError, TimeoutError) as exc:
