@@ -8,9 +8,10 @@
 #                                  cryptography, for the control plane's PKI), kube-apiserver,
 #                                  etcd, the Flux CRDs and helm-controller
 #   ./hack/setup.sh --stage early  the venv and what lint and the unit, cli, apiserver and e2e
-#                                  tiers run on
+#                                  tiers run on (less the e2e tier's older helm-controller)
 #   ./hack/setup.sh --stage late   the rest, in the order hack/test.sh's later tiers need it:
-#                                  the kind tier's ("kind"), the release tier's ("release",
+#                                  the e2e tier's older helm-controller ("e2e"), the kind
+#                                  tier's ("kind"), the release tier's ("release",
 #                                  and "floor": the krew archive's floor root, built beside the
 #                                  rest), the compatibility stage's ("compat"); with SETUP_MARKS=DIR
 #                                  each part writes DIR/PART.done when it is ready.
@@ -38,6 +39,12 @@ bins() { .venv/bin/python -m testplane.binaries --jobs 2 "$@"; }
 mark() { if [ -n "${SETUP_MARKS:-}" ]; then mkdir -p "$SETUP_MARKS" && touch "$SETUP_MARKS/$1.done"; fi; }
 
 late() {
+  # --- the e2e tier's ("e2e") -------------------------------------------------------------
+  # the verdict table (issue 56) runs its upgrade path from helm-controller v1.4.3 on every
+  # version: built first, so it is ready (a cold build, ~3 min) long before the unit, cli and
+  # apiserver tiers are done and the e2e tier waits for it; the compat stage finds it built
+  FLUX_PLUNGER_HELM_CONTROLLER_VERSION=v1.4.3 bins helm-controller >/dev/null
+  mark e2e
   # --- the krew archive's floor root ("floor", issue 37) --------------------------------------
   # A Debian 11 root with CPython 3.11 built inside it, and the krew build virtualenv in it:
   # the committed manifest's sha256 is the archive frozen there (krew/build.py --check, which
@@ -144,9 +151,6 @@ fi
 # krew, helm, promtool (the alert-rule tests and hack/lint.sh's `promtool check rules`) and
 # the real flux CLI (the cli tier's plugin host).  TESTBIN_TARGETS names another set.
 bins ${TESTBIN_TARGETS:-kube-apiserver etcd crds helm-controller krew validate-krew-manifest helm notification-controller notification-crds promtool flux}
-# the e2e tier's verdict table (issue 56) runs its upgrade path from helm-controller v1.4.3 on
-# every version, so that binary is the early stage's too (the compat stage finds it built)
-[ -n "${TESTBIN_TARGETS:-}" ] || FLUX_PLUNGER_HELM_CONTROLLER_VERSION=v1.4.3 bins helm-controller >/dev/null
 if [ "$stage" = all ]; then
   late
 fi

@@ -85,8 +85,8 @@ else
   late_pid=$!
   set +m
 fi
-# late_ready PART: wait until the background set-up has made PART ready (kind, release, floor,
-# compat); 1 (with the log's tail) when it ended without it
+# late_ready PART: wait until the background set-up has made PART ready (e2e, kind, release,
+# floor, compat); 1 (with the log's tail) when it ended without it
 late_ready() {
   local part=$1 from=$SECONDS
   [ -z "$marks" ] && return 0
@@ -142,7 +142,8 @@ report() { "$PY" -m coverage report --data-file="$1" "${@:2}"; }
 failed=()
 for tier in unit cli apiserver e2e kind release; do
   echo "== $tier tier"
-  if { [ "$tier" = kind ] || [ "$tier" = release ]; } && ! late_ready "$tier"; then
+  if { [ "$tier" = e2e ] || [ "$tier" = kind ] || [ "$tier" = release ]; } \
+      && ! late_ready "$tier"; then
     failed+=("$tier-setup")
     continue
   fi
