@@ -118,9 +118,10 @@ def pruned_reason(status: str, history: str, deployed: bool) -> str | None:
     if status == "deployed" and deployed:
         return "Helm supersedes the deployed revision when it deploys a newer one"
     if status == "uninstalled" and deployed:
-        return ("a Helm uninstall that ends `uninstalled` (with --keep-history) supersedes "
-                "every `deployed` revision (uninstall.go: \"Supersede all previous "
-                "deployments\", Helm v3.19 and v4)")
+        return ("Helm v4 (the Helm CLI here; helm-controller v1.5+) supersedes every "
+                "`deployed` revision when an uninstall keeps the history; helm-controller "
+                "v1.4.3's Helm v3.19 leaves one under its upgrade remediation's uninstall: "
+                "tests/e2e/test_name_in_use_e2e.py runs that case")
     if status == "pending-install" and deployed:
         return ("an install runs only on an empty or (replace) uninstalled/failed history; "
                 "no deployed revision is left under it by Helm's own actions")
