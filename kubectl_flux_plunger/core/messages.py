@@ -92,6 +92,9 @@ class Stuck(str, enum.Enum):
     DUPLICATE_REVISION = "duplicate-revision"
     VERSION_MISMATCH = "version-mismatch"
     UNEXPECTED_STATUS = "unexpected-status"
+    # issue 56: StateError over a history helm-controller <= v1.4 wrote, a superseded
+    # revision beneath the newest
+    LEGACY_HISTORY = "legacy-history"
     # SPEC §6 "Holding a release" (issue 55): another HelmRelease names the same Helm
     # release, or the tenant identity helm-controller acts as may not delete its storage
     CLAIMED_TWICE = "claimed-twice"
@@ -144,6 +147,16 @@ RECOVERY_SKIPPED = {
         "RecoverySkipped",
         WARNING,
         _SKIPPED + "the newest Helm storage revision has a status flux-plunger never deletes",
+    ),
+    Stuck.LEGACY_HISTORY: EventSpec(
+        "RecoverySkipped",
+        WARNING,
+        _SKIPPED + "helm-controller cannot place the newest Helm storage revision, and the "
+        "latest snapshot of its status.history is one an older helm-controller wrote (no "
+        "apiVersion), which a newer one verifies against nothing: deleting the revision would "
+        "leave a superseded one it cannot place either. Clearing the HelmRelease's "
+        "status.history makes helm-controller take the release for unmanaged; flux-plunger "
+        "recovers it from there",
     ),
     Stuck.CLAIMED_TWICE: EventSpec(
         "RecoverySkipped",

@@ -281,6 +281,7 @@ _LEFT_STUCK_BY = {
     storage.Refusal.DUPLICATE: Stuck.DUPLICATE_REVISION,
     storage.Refusal.VERSION_MISMATCH: Stuck.VERSION_MISMATCH,
     storage.Refusal.UNEXPECTED_STATUS: Stuck.UNEXPECTED_STATUS,
+    storage.Refusal.LEGACY_HISTORY: Stuck.LEGACY_HISTORY,
     storage.Refusal.DEPLOYED: None,
     storage.Refusal.HELM_HANDLES: None,
     storage.Refusal.STALE_FACE: None,

@@ -148,6 +148,9 @@ class Refusal(str, enum.Enum):
     VERSION_MISMATCH = "version-mismatch"  # the payload records another version
     HELM_HANDLES = "helm-handles"  # failed / superseded / pending-*: helm-controller goes on
     UNEXPECTED_STATUS = "unexpected-status"  # a status none of the above
+    # StateError over a legacy snapshot with a superseded revision under the newest:
+    # deleting the newest would leave helm-controller v1.5+ at StateError 'superseded'
+    LEGACY_HISTORY = "legacy-history"
     # StateError face: the storage or the history no longer matches what helm-controller
     # reported (its next attempt reports anew)
     STALE_FACE = "stale-face"
@@ -294,13 +297,47 @@ def _unverified(snapshot: Obj | None, newest: Revision, status: str) -> str | No
     )
 
 
-def _check_state_error(hr: Obj, newest: Revision, secret: Obj, reported: str) -> Choice:
+def _status_of(revision: Revision, secret: Obj) -> str | None:
+    """A revision's Helm status: its payload's, else (undecodable) its label's."""
+    payload, _ = _try_decode(secret)
+    status = _payload_status(payload) if payload is not None else None
+    return status if status is not None else revision.label_status
+
+
+def _legacy_dead_end(snapshot: Obj, beneath: tuple[Revision, Obj] | None) -> str | None:
+    """Why deleting the newest revision under a legacy ``snapshot`` leads nowhere, or None.
+
+    helm-controller v1.5+ verifies a legacy snapshot against nothing, so after the delete it
+    places the revision beneath by its status alone: a ``superseded`` one is StateError
+    again, for ever (nothing in helm-controller clears a legacy history then), and
+    flux-plunger never deletes a superseded revision.  Only the operator's clearing
+    ``status.history`` gets it out: helm-controller then takes the release for unmanaged."""
+    if snapshot.get("apiVersion") == constants.SNAPSHOT_API_VERSION or beneath is None:
+        return None
+    below, secret = beneath
+    if _status_of(below, secret) != "superseded":
+        return None
+    return (
+        f"status.history's latest snapshot is one helm-controller <= v1.4 wrote (no apiVersion "
+        f"v2), which helm-controller v1.5+ verifies against nothing: deleting the newest "
+        f"revision would leave {_describe(below)} (superseded), which it cannot place either; "
+        "clear the HelmRelease's status.history (kubectl patch helmrelease NAME "
+        '--subresource=status --type=json -p \'[{"op":"remove","path":'
+        '"/status/history"}]\') and helm-controller takes the release for unmanaged'
+    )
+
+
+def _check_state_error(
+    hr: Obj, newest: Revision, secret: Obj, reported: str, beneath: tuple[Revision, Obj] | None
+) -> Choice:
     """The StateError face (SPEC §4): helm-controller said it cannot place status
     ``reported``.  ok only when the newest revision's payload has that status, it is one
     deleting repairs (``STATE_ERROR_STATUSES``), and ``status.history``'s latest snapshot is
-    that revision in that status — the state in which helm-controller's
-    DetermineReleaseState fails for good.  An older deployed revision does not make it
-    healthy: helm-controller looks only at the newest."""
+    that revision in that status, or legacy — the state in which helm-controller's
+    DetermineReleaseState fails for good — and, under a legacy snapshot, the revision
+    ``beneath`` it is not one helm-controller v1.5+ cannot place either
+    (``_legacy_dead_end``).  An older deployed revision does not make it healthy:
+    helm-controller looks only at the newest."""
     label = f"newest revision {newest.number}"
     payload, error = _try_decode(secret)
     invalid = _invalid(newest, payload, error)
@@ -335,6 +372,9 @@ def _check_state_error(hr: Obj, newest: Revision, secret: Obj, reported: str) ->
     unverified = _unverified(snapshot, newest, status)
     if unverified is not None:
         return _refuse(Refusal.STALE_FACE, unverified, newest, status)
+    dead_end = _legacy_dead_end(snapshot, beneath)
+    if dead_end is not None:
+        return _refuse(Refusal.LEGACY_HISTORY, dead_end, newest, status)
     return Choice(
         newest,
         status,
@@ -434,7 +474,9 @@ def choose_revision(
             newest,
         )
     if state_error is not None:
-        return _check_state_error(hr, newest, newest_secret, state_error)
+        lower = [pair for pair in numbered if (pair[0].number or 0) < (newest.number or 0)]
+        beneath = max(lower, key=lambda pair: pair[0].number or 0) if lower else None
+        return _check_state_error(hr, newest, newest_secret, state_error, beneath)
     if name_in_use:
         return _check_name_in_use(hr, newest, newest_secret)
     return _check_newest(newest, newest_secret, _label_deployed(storage, newest))

@@ -151,3 +151,54 @@ def test_an_interrupted_uninstall_under_a_legacy_snapshot_is_recovered(
     if s is not None:
         eventually(lambda: (s.metric("flux_plunger_recoveries_total", result="recovered") or 0)
                    >= 1, 20, "the recovery to be counted")
+
+
+def test_a_legacy_snapshot_over_a_superseded_revision_is_refused_and_its_way_out_works(
+        helm_controller, chart_server, cluster, ns, cli):
+    """Found in review: a release upgraded before the upgrade of Flux (v1 `superseded`, v2
+    `deployed`), its history legacy, then an interrupted `helm uninstall` (v2 `uninstalling`).
+    On helm-controller v1.5+ deleting v2 would leave StateError 'superseded' for ever: nothing
+    is deleted (`legacy-history`, announced), and the way out the skip names — clearing
+    `status.history` — leads to the "has no deployed releases" face, which is recovered.
+    helm-controller v1.4.3 shows that face at once (the snapshot no longer verifies)."""
+    from testplane.cluster import Cluster
+    from testplane.helmctl import helmrelease
+
+    from kubectl_flux_plunger.kube import JSON_PATCH, hr_path
+
+    name = "legacy-upgraded"
+    publish_version(cluster.kube, ns, name, chart_server, "0.1.0")
+    Cluster(cluster.kube).apply(helmrelease(ns, name, name), manager="kustomize-controller")
+    wait_released(cluster.kube, ns, name, 1, "0.1.0")
+    publish_version(cluster.kube, ns, name, chart_server, "0.2.0")
+    wait_released(cluster.kube, ns, name, 2, "0.2.0")
+    legacy_snapshot(cluster.kube, ns, name)
+    break_release(cluster.kube, ns, name)
+    request_reconcile(cluster.kube, ns, name)
+    assert release_statuses(cluster.kube, ns, name) == {1: "superseded", 2: "uninstalling"}
+
+    def says(reason: str, words: str):
+        def check():
+            status, why, message = ready(cluster.get(ns, name)) or ("", "", "")
+            return status == "False" and why == reason and words in message
+        return check
+    no_deployed = says("UpgradeFailed", "has no deployed releases")
+    if _helm_v4():
+        eventually(says("StateError", "with status 'uninstalling'"), 120, "StateError")
+        item = _item(cli, ns, name)
+        assert (item["state"], item["face"]) == ("stuck", "state-error"), item
+        assert "clear the HelmRelease's status.history" in item["message"], item
+        res = cli("recover", "-n", ns, name)
+        assert res.code == 1 and "skipped" in res.out + res.err, res
+        assert release_statuses(cluster.kube, ns, name) == {1: "superseded", 2: "uninstalling"}
+        _left_clean(cluster.get(ns, name))
+        # the way out: clear helm-controller's history, as the skip says
+        cluster.kube.request("PATCH", "PATCH", hr_path(ns, name) + "/status",
+                             content_type=JSON_PATCH,
+                             body=[{"op": "remove", "path": "/status/history"}])
+        request_reconcile(cluster.kube, ns, name)
+    eventually(no_deployed, 120, '"has no deployed releases"')
+    res = cli("recover", "-n", ns, name)
+    assert res.code == 0 and f"{name} recovered: deleted revision 2 (uninstalling)" in res.out, res
+    _left_clean(wait_released(cluster.kube, ns, name, 2, "0.2.0"))
+    assert release_statuses(cluster.kube, ns, name) == {1: "superseded", 2: "deployed"}

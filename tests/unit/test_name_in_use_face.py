@@ -201,8 +201,9 @@ def test_a_legacy_snapshot_is_verified_against_nothing(recorded, api_version) ->
     apiVersion; an interrupted `helm uninstall` marks revision 2 `uninstalling` in place.
     helm-controller v1.5+ skips VerifyReleaseObject and fails on the status for ever."""
     release = state_error(recorded, api_version=api_version)
-    choice = plan.choose(release, [secret(1, "superseded"), secret(2, "uninstalling")])
+    choice = plan.choose(release, [secret(1, "deployed"), secret(2, "uninstalling")])
     assert choice.ok and choice.revision is not None and choice.revision.number == 2, choice
+    assert plan.choose(release, [secret(2, "uninstalling")]).ok
 
 
 def test_a_v2_snapshot_is_still_compared() -> None:
@@ -263,3 +264,57 @@ def test_a_state_error_over_an_empty_history_whole() -> None:
         _rev(2, "uninstalling"), "uninstalling", False,
         "status.history is empty: helm-controller's next attempt takes the release for "
         "unmanaged", refusal=Refusal.STALE_FACE)
+
+
+# --- a legacy snapshot over a superseded revision: a dead end helm-controller cannot leave ----
+
+
+@pytest.mark.parametrize("api_version", [None, "v1"])
+def test_a_superseded_revision_beneath_a_legacy_snapshot_is_not_deleted_into(api_version) -> None:
+    """The issue's upgrade of Flux after an upgraded release: v1 `superseded`, v2 `deployed`
+    rewritten `uninstalling` in place by an interrupted `helm uninstall`, the history legacy.
+    Deleting v2 would leave v1 superseded, which helm-controller v1.5+ places by status alone
+    (StateError 'superseded', for ever): refused, announced, the way out named."""
+    release = state_error((2, "deployed"), api_version=api_version)
+    storage = [secret(1, "superseded"), secret(2, "uninstalling")]
+    choice = plan.choose(release, storage)
+    assert not choice.ok and choice.refusal is Refusal.LEGACY_HISTORY
+    assert choice.revision is not None and choice.revision.number == 2
+    assert choice.helm_status == "uninstalling"
+    assert choice.reason.startswith(
+        "status.history's latest snapshot is one helm-controller <= v1.4 wrote (no apiVersion "
+        "v2), which helm-controller v1.5+ verifies against nothing: deleting the newest "
+        "revision would leave revision 1 (superseded), which it cannot place either; clear "
+        "the HelmRelease's status.history (kubectl patch helmrelease NAME --subresource=status")
+    verdict = plan.storage_verdict(release, storage)
+    assert verdict.verdict is plan.Verdict.SKIPPED and verdict.stuck is plan.Stuck.LEGACY_HISTORY
+    event = plan.RECOVERY_SKIPPED[plan.Stuck.LEGACY_HISTORY]
+    assert event.type == "Warning" and "status.history" in event.message
+
+
+@pytest.mark.parametrize("beneath", ["deployed", "failed", "uninstalling", "uninstalled",
+                                     "pending-upgrade"])
+def test_what_helm_controller_goes_on_from_beneath_a_legacy_snapshot(beneath: str) -> None:
+    release = state_error((2, "deployed"), api_version=None)
+    assert plan.choose(release, [secret(1, beneath), secret(2, "uninstalling")]).ok
+
+
+def test_the_revision_beneath_is_the_next_lower_and_its_label_speaks_when_its_payload_cannot(
+        ) -> None:
+    release = state_error((5, "deployed"), api_version=None)
+    # the next lower is v4 (deployed); the superseded v1 further down does not matter
+    assert plan.choose(release, [secret(1, "superseded"), secret(4, "deployed"),
+                                 secret(5, "uninstalling")]).ok
+    corrupt = secret(4, "superseded")
+    corrupt["data"]["release"] = "%%%"
+    assert plan.choose(release, [corrupt, secret(5, "uninstalling")]).refusal \
+        is Refusal.LEGACY_HISTORY
+    corrupt["metadata"]["labels"]["status"] = "deployed"
+    assert plan.choose(release, [corrupt, secret(5, "uninstalling")]).ok
+
+
+def test_a_v2_snapshot_over_a_superseded_revision_is_recovered() -> None:
+    """With a v2 snapshot the delete leaves a revision that no longer verifies: Unmanaged,
+    the history cleared, an upgrade from the superseded one (issue 47's path)."""
+    release = state_error((2, "uninstalling"), api_version="v2")
+    assert plan.choose(release, [secret(1, "superseded"), secret(2, "uninstalling")]).ok
