@@ -580,11 +580,12 @@ def test_kubectl_completes_namespaces_and_release_names_from_the_cluster(plane, 
 
 def _state_error(cluster, ns, name, history_version):
     """Ready=False StateError quoting 'uninstalling', with ``status.history`` naming
-    ``history_version`` (``uninstalling``), as helm-controller leaves it."""
+    ``history_version`` (``uninstalling``), as helm-controller v1.5+ leaves it (a v2
+    snapshot: one without apiVersion is verified against nothing)."""
     gen = cluster.get(ns, name)["metadata"]["generation"]
     return cluster.set_status(ns, name, {
         "lastAttemptedGeneration": gen, "observedGeneration": gen,
-        "history": [{"name": name, "namespace": ns, "version": history_version,
+        "history": [{"apiVersion": "v2", "name": name, "namespace": ns, "version": history_version,
                      "status": "uninstalling", "digest": "sha256:0", "chartName": "demo",
                      "chartVersion": "0.1.0", "configDigest": "sha256:1",
                      "firstDeployed": "2026-12-01T00:00:00Z",
