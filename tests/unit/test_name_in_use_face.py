@@ -281,11 +281,13 @@ def test_a_superseded_revision_beneath_a_legacy_snapshot_is_not_deleted_into(api
     assert not choice.ok and choice.refusal is Refusal.LEGACY_HISTORY
     assert choice.revision is not None and choice.revision.number == 2
     assert choice.helm_status == "uninstalling"
-    assert choice.reason.startswith(
+    assert choice.reason == (
         "status.history's latest snapshot is one helm-controller <= v1.4 wrote (no apiVersion "
         "v2), which helm-controller v1.5+ verifies against nothing: deleting the newest "
         "revision would leave revision 1 (superseded), which it cannot place either; clear "
-        "the HelmRelease's status.history (kubectl patch helmrelease NAME --subresource=status")
+        "the HelmRelease's status.history (kubectl patch helmrelease NAME --subresource=status "
+        """--type=json -p '[{"op":"remove","path":"/status/history"}]') and helm-controller """
+        "takes the release for unmanaged")
     verdict = plan.storage_verdict(release, storage)
     assert verdict.verdict is plan.Verdict.SKIPPED and verdict.stuck is plan.Stuck.LEGACY_HISTORY
     event = plan.RECOVERY_SKIPPED[plan.Stuck.LEGACY_HISTORY]
@@ -318,3 +320,18 @@ def test_a_v2_snapshot_over_a_superseded_revision_is_recovered() -> None:
     the history cleared, an upgrade from the superseded one (issue 47's path)."""
     release = state_error((2, "uninstalling"), api_version="v2")
     assert plan.choose(release, [secret(1, "superseded"), secret(2, "uninstalling")]).ok
+
+
+def test_the_payload_not_the_label_names_the_revision_beneath() -> None:
+    """Helm reads the payload; the label is only the fallback for one that cannot be read."""
+    release = state_error((5, "deployed"), api_version=None)
+    relabelled = secret(4, "superseded")
+    relabelled["metadata"]["labels"]["status"] = "deployed"
+    assert plan.choose(release, [relabelled, secret(5, "uninstalling")]).refusal \
+        is Refusal.LEGACY_HISTORY
+    relabelled = secret(4, "deployed")
+    relabelled["metadata"]["labels"]["status"] = "superseded"
+    assert plan.choose(release, [relabelled, secret(5, "uninstalling")]).ok
+    no_status = secret(4, "superseded", extra={"info": {}})     # decodes, says nothing
+    assert plan.choose(release, [no_status, secret(5, "uninstalling")]).refusal \
+        is Refusal.LEGACY_HISTORY                                # its label speaks
