@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '27ec6de6'
+FINGERPRINT = 'e032c820'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (
