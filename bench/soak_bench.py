@@ -612,7 +612,7 @@ def sample(serve, driver: Driver, last: dict | None, probe: HeapProbe | None) ->
     requests = sum(metrics.get("flux_plunger_api_requests_total", {}).values())
     t = driver.elapsed()
     s = {"t": t, "rss": rss, "anon": anon, "fds": fds, "threads": threads, "requests": requests,
-         "writes": driver.writes, "metrics": metrics}
+         "writes": driver.writes, "metrics": metrics, "load": os.getloadavg()[0]}
     if probe is not None:
         s.update({k: v for k, v in probe.ask(serve.proc).items() if k != "seq"})
     dt = t - last["t"] if last else t
@@ -767,6 +767,13 @@ def summary(samples: list[dict], driver: Driver, a: argparse.Namespace) -> list[
         return f"p95 {pct(r, 95) * 1000:.0f} ms of {len(r)}" if r else "none"
     out.append(f"  reaction (stuck written -> Secret DELETE): first window {react(first)}, "
                f"last window {react(last)} (goal: last p95 <= 1.2x first)")
+    loads = [s["load"] for s in samples if "load" in s]
+    if loads:
+        def span(ss):
+            got = [s["load"] for s in ss if "load" in s]
+            return f"{min(got):.1f}-{max(got):.1f}" if got else "-"
+        out.append(f"  load average (1 min): the run {span(samples)}, first window "
+                   f"{span(first)}, last window {span(last)}")
     all_r = [c["reaction"] for c in driver.cycles if "reaction" in c]
     if all_r:
         out.append(f"  reaction over the whole run: {spread(all_r)}")
