@@ -169,15 +169,26 @@ def main() -> int:
             proxies[name] = Proxy(upstream, f"127.0.0.{i + 2}")
             via = kubeconfig_via(plane, proxies[name], work / f"{name}.kubeconfig")
             log = work / f"{name}.log"
-            if name.startswith("reference"):
-                procs[name] = Reference(arg, via, log, elect)
-            else:
-                lease = (("--leader-election-namespace", LEASE_NS, "--leader-election-id",
-                          f"cost-{name}") if elect else ("--no-leader-elect",))
-                procs[name] = Serve(via, log, *lease, **({"tree": arg} if arg else {}))
-        started = time.monotonic()
-        for name, p in procs.items():
-            wait_for(p.ready, 600, f"{name} ready", interval=0.2)
+            lease = (("--leader-election-namespace", LEASE_NS, "--leader-election-id",
+                      f"cost-{name}") if elect else ("--no-leader-elect",))
+            # one at a time, each ready before the next starts (six syncs of every release
+            # at once made the reference's cache sync miss its 2-minute timeout at 50,000);
+            # a controller that exits before it is ready is started again, as its pod would be
+            for attempt in range(1, 4):
+                started = time.monotonic()
+                procs[name] = (Reference(arg, via, log.with_suffix(f".{attempt}.log"), elect)
+                               if name.startswith("reference") else
+                               Serve(via, log.with_suffix(f".{attempt}.log"), *lease,
+                                     **({"tree": arg} if arg else {})))
+                try:
+                    wait_for(lambda p=procs[name]: p.proc.poll() is not None or p.ready(),
+                             900, f"{name} ready", interval=0.2)
+                except TimeoutError:
+                    pass
+                if procs[name].proc.poll() is None:
+                    break
+                print(f"{name} exited {procs[name].proc.returncode} before it was ready "
+                      f"(attempt {attempt}); starting it again", flush=True)
             print(f"{name} ready after {time.monotonic() - started:.1f}s", flush=True)
         time.sleep(a.settle)
         mark = plane.audit_mark()
