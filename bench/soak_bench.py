@@ -28,10 +28,12 @@ over a compressed stretch of cluster life?
      helm-controller's Warning Event; the previous cycle's release is deleted;
    * ``--restarts`` apiserver restarts, spread over the run after the warm-up (the watch
      resumes from a resourceVersion the new watch cache may not have: 410, a fresh sync);
-   * serve's watch ends at its ``timeoutSeconds`` (the time left to the resync, at most
-     300 s): the apiserver honours a client's timeout over ``--min-request-timeout``, so
-     serve runs with ``--resync-period`` = ``--resync`` (default 2 min) and every watch ends
-     and is opened again at least that often;
+   * serve runs with ``--resync-period`` = ``--resync`` (default 2 min): before issue 58
+     every re-sync ended the watch and streamed every release again; since, it is the
+     catch-all (no stream), and the watch ends only at its ``timeoutSeconds`` (300 s: the
+     apiserver honours a client's timeout over ``--min-request-timeout``) and resumes from
+     its resourceVersion;
+   * ``--kinds`` picks the stuck cycles' kinds in turn (default: the five above);
 3. every ``--sample-every`` seconds: serve's RSS (VmRSS), open file descriptors, threads,
    its request rate (``flux_plunger_api_requests_total`` from its /metrics), the reactions
    (stuck written → its newest Secret's DELETE seen by a watch) of that window, and the
@@ -47,12 +49,16 @@ over a compressed stretch of cluster life?
    its share is steady by the end of the warm-up, but the absolute RSS and the reactions are
    those of a traced process — ``--no-tracemalloc`` measures serve as it runs in a
    Deployment;
-5. the goals of issue 49 are printed with the numbers: RSS slope after the warm-up (MiB/h,
+5. the reactions inside re-syncs and outside them (issue 58), p50/p95/p99: a recovery is
+   inside when its stuck → recovered interval meets a catch-all pass's first ``--inside``
+   seconds (its log line: the candidates it queued may keep the workers), or an old-style
+   re-sync's stream;
+6. the goals of issue 49 are printed with the numbers: RSS slope after the warm-up (MiB/h,
    least squares), RSS / fds / threads first vs last, every stuck release recovered, every
    corrupt one announced, every deleted one gone, reaction p95 and request rate of the
    first window after the warm-up vs the last (``--window`` minutes, at most half of what
    follows the warm-up), the relists by reason;
-6. with ``--reference-bin``: the same soak of the reference controller (PR #4293's Go build,
+7. with ``--reference-bin``: the same soak of the reference controller (PR #4293's Go build,
    as its chart runs it: bench/serve_first_bench.py's ``reference_argv``) instead of serve —
    RSS, fds, threads and reactions (no metrics: no request rate; Go: no heap figures;
    it announces nothing for a corrupt revision).  ``--rss-plot`` then draws both RSS curves.
@@ -78,6 +84,7 @@ import tempfile
 import threading
 import time
 import tracemalloc
+from datetime import datetime, timezone
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -330,7 +337,7 @@ class Driver:
                     self.cluster.delete_hr(*previous)
                 except KubeError:
                     pass
-            kind = KINDS[k % len(KINDS)]
+            kind = self.a.kinds[k % len(self.a.kinds)]
             cycle = {"kind": kind, "start": self.elapsed(), "name": f"s{k:04d}"}
             self.cycles.append(cycle)
             try:
@@ -358,6 +365,7 @@ class Driver:
         watch.start()
         watch.ready.wait(30)
         t = time.monotonic()
+        cycle["written"] = time.time()   # wall clock: placed against serve's log
         record_stuck_event(self.cluster.kube, self.cluster.make_stuck(STUCK, name))
 
         def gone() -> bool:
@@ -604,7 +612,7 @@ def sample(serve, driver: Driver, last: dict | None, probe: HeapProbe | None) ->
     requests = sum(metrics.get("flux_plunger_api_requests_total", {}).values())
     t = driver.elapsed()
     s = {"t": t, "rss": rss, "anon": anon, "fds": fds, "threads": threads, "requests": requests,
-         "writes": driver.writes, "metrics": metrics}
+         "writes": driver.writes, "metrics": metrics, "load": os.getloadavg()[0]}
     if probe is not None:
         s.update({k: v for k, v in probe.ask(serve.proc).items() if k != "seq"})
     dt = t - last["t"] if last else t
@@ -655,6 +663,47 @@ def syncs_by_way(log: str) -> str:
             runs.append([way, 1])
     return "  serve's syncs in order: " + ", ".join(
         f"{way} x{n}" if n > 1 else way for way, n in runs)
+
+
+def spread(r: list[float]) -> str:
+    return (f"p50 {pct(r, 50) * 1000:.0f} ms, p95 {pct(r, 95) * 1000:.0f} ms, "
+            f"p99 {pct(r, 99) * 1000:.0f} ms, max {max(r) * 1000:.0f} ms ({len(r)} recoveries)"
+            if r else "no recoveries")
+
+
+def _stamp(ts: str) -> float:
+    return datetime.strptime(ts, "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=timezone.utc).timestamp()
+
+
+def resync_spans(log: str, after: float) -> tuple[list[tuple[float, float]], str]:
+    """Where serve re-synced, as wall-clock spans from its log: a catch-all pass (issue
+    58: no stream) from its line to ``after`` seconds later — the time its queued candidates
+    may keep the workers — or an old-style re-sync's stream, from the watch that ended for
+    it to its "listed HelmReleases reason=resync" line (its initial events' time: the line's
+    ``seconds`` when logged, else ``after`` back)."""
+    spans, kinds = [], collections.Counter()
+    for m in re.finditer(r"^(\S+) +INFO +(catch-all: candidates queued again|listed "
+                         r"HelmReleases reason=resync)", log, re.M):
+        at = _stamp(m.group(1))
+        if m.group(2).startswith("catch-all"):
+            spans.append((at, at + after))
+            kinds["catch-all pass"] += 1
+        else:
+            spans.append((at - after, at))
+            kinds["re-sync stream"] += 1
+    return spans, ", ".join(f"{n} {k}" for k, n in kinds.items()) or "none"
+
+
+def reactions_inside(driver: Driver, spans: list[tuple[float, float]]) -> tuple[list, list]:
+    """The recoveries whose stuck → recovered interval meets a re-sync span, and the rest."""
+    inside, outside = [], []
+    for c in driver.cycles:
+        if "reaction" not in c or "written" not in c:
+            continue
+        lo, hi = c["written"], c["written"] + c["reaction"]
+        (inside if any(a <= hi and lo <= b for a, b in spans) else outside).append(c["reaction"])
+    return inside, outside
 
 
 def summary(samples: list[dict], driver: Driver, a: argparse.Namespace) -> list[str]:
@@ -718,11 +767,16 @@ def summary(samples: list[dict], driver: Driver, a: argparse.Namespace) -> list[
         return f"p95 {pct(r, 95) * 1000:.0f} ms of {len(r)}" if r else "none"
     out.append(f"  reaction (stuck written -> Secret DELETE): first window {react(first)}, "
                f"last window {react(last)} (goal: last p95 <= 1.2x first)")
+    loads = [s["load"] for s in samples if "load" in s]
+    if loads:
+        def span(ss):
+            got = [s["load"] for s in ss if "load" in s]
+            return f"{min(got):.1f}-{max(got):.1f}" if got else "-"
+        out.append(f"  load average (1 min): the run {span(samples)}, first window "
+                   f"{span(first)}, last window {span(last)}")
     all_r = [c["reaction"] for c in driver.cycles if "reaction" in c]
     if all_r:
-        out.append(f"  reaction over the whole run: p50 {pct(all_r, 50) * 1000:.0f} ms, "
-                   f"p95 {pct(all_r, 95) * 1000:.0f} ms, max {max(all_r) * 1000:.0f} ms "
-                   f"({len(all_r)} recoveries)")
+        out.append(f"  reaction over the whole run: {spread(all_r)}")
     out.append(f"  serve's request rate: first window {mean(first, 'req_rate'):.2f}/s, last "
                f"{mean(last, 'req_rate'):.2f}/s (goal: no creep)" if a.reference_bin is None
                else "  request rate: not measured (the reference serves no metrics here)")
@@ -751,6 +805,11 @@ def main() -> int:
     ap.add_argument("--stuck-every", type=float, default=60, help="seconds between stuck cycles")
     ap.add_argument("--churn-every", type=float, default=10, help="seconds between churns")
     ap.add_argument("--resync", type=float, default=120, help="serve's --resync-period, s")
+    ap.add_argument("--kinds", default=",".join(KINDS),
+                    help="the stuck cycles' kinds in turn (recover, corrupt, delete)")
+    ap.add_argument("--inside", type=float, default=3.0,
+                    help="seconds after a catch-all pass (before an old re-sync's line) that "
+                         "count as inside it")
     ap.add_argument("--restarts", type=int, default=1, help="apiserver restarts after warm-up")
     ap.add_argument("--sample-every", type=float, default=10)
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
@@ -763,6 +822,7 @@ def main() -> int:
     ap.add_argument("--rss-plot", nargs="+", metavar="SAMPLES_JSON:LABEL", default=None,
                     help="only plot the RSS of earlier runs side by side into --out/rss.png")
     a = ap.parse_args()
+    a.kinds = tuple(a.kinds.split(","))
     if a.rss_plot:
         print(rss_plot(a.rss_plot, (a.out or Path(".")) / "rss.png", a.warmup))
         return 0
@@ -821,6 +881,14 @@ def main() -> int:
             print(line)
         if a.reference_bin is None:
             print(syncs_by_way(serve.log.read_text()))
+            spans, what = resync_spans(serve.log.read_text(), a.inside)
+            inside, outside = reactions_inside(driver, spans)
+            print(f"  re-syncs in serve's log: {what} (inside: {a.inside:g} s)")
+            print(f"  reaction inside re-syncs: {spread(inside)}")
+            print(f"  reaction outside them: {spread(outside)}")
+            if inside and outside:
+                print(f"  p99 inside / p99 outside: {pct(inside, 99) / pct(outside, 99):.2f}x"
+                      " (goal <= 1.2x)")
         print(plot(samples, driver, a.warmup, work / "soak.png"))
         found = sorted(snaps.glob("snap-*.tracemalloc"), key=lambda p: int(p.stem[5:]))
         if len(found) >= 2:

@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '21ff5ffe'
+FINGERPRINT = '1b8f768d'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -87,8 +87,8 @@ from .session import Exit, fail
 @duration_option(
     "--resync-period",
     default="10m",
-    help="Interval of a fresh sync (a watch-list, or a LIST where the server serves none) "
-    "that re-enqueues every candidate release.",
+    help="Interval of the catch-all that queues every candidate release (stuck, or held "
+    "by flux-plunger, as last seen) again for a fresh read; the watch keeps running.",
 )
 @duration_option(
     "--fence-recheck-interval",

@@ -252,8 +252,9 @@ def wanted_on_change(hr: Obj) -> bool:
       helm-controller first: the relinquish bumped the generation.)
 
     A suspended or fenced release is always wanted: a pass may have ours to lift, or an
-    Event to record.  The LIST (at start and every resync) keeps the whole ``predicate``:
-    it is the catch-all should helm-controller never write again (stopped mid-action)."""
+    Event to record.  The sync (at start, after a 410) and serve's periodic catch-all
+    keep the whole ``predicate``: should helm-controller never write again (stopped
+    mid-action)."""
     if not predicate(hr):
         return False
     if is_suspended(hr) or is_fenced(hr):

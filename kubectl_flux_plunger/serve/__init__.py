@@ -1,8 +1,9 @@
 """``serve``: the same core as the one-shot verbs, run continuously by a watch loop.
 
 * :mod:`.watch`  — sync + watch of HelmReleases as one watch-list (a paged LIST + watch
-  where the server has none; bookmarks, a fresh sync on 410, periodic resync), the SPEC §8
-  predicate, keys only (no object cache);
+  where the server has none; bookmarks, a fresh sync on 410), the SPEC §8
+  predicate, keys only (no object cache); :mod:`.sync` what one sync read;
+* :mod:`.resync` — the periodic catch-all: the candidates queued again, no stream;
 * :mod:`.queue`  — de-duplicating per-key work queue: serial per key, requeue-after timers,
   exponential backoff;
 * :mod:`.leader` — Lease leader election (client-go semantics, released on a clean stop);

@@ -312,6 +312,13 @@ class Controller:
         threading.Thread(
             target=self.watcher.run, args=(self.watch_stop,), name="watch", daemon=True
         ).start()
+        # every --resync-period, the candidates queued again; the watch runs on (resync.py)
+        threading.Thread(
+            target=self.watcher.catch_all.run,
+            args=(self.watch_stop,),
+            name="catch-all",
+            daemon=True,
+        ).start()
         if self.elector is not None:
             threading.Thread(target=self._elect, name="leader-election", daemon=True).start()
         else:

@@ -30,7 +30,8 @@ from ..executor.drain import DONE, Drain, released
 from ..kube import KubeError
 from .logs import fields
 from .options import DrainOptions
-from .watch import PAGE_SIZE, key_of
+from .sync import key_of
+from .watch import PAGE_SIZE
 
 if TYPE_CHECKING:
     from ..executor import Executor

@@ -43,7 +43,10 @@ class Metrics:
         self.reconciles: Counter[str] = Counter()  # every pass, by result
         self.deferrals = 0
         self.errors = 0
-        self.relists: Counter[str] = Counter()  # by reason: initial, resync, expired, error
+        # streams that read every release, by reason: initial, expired, error (and resync,
+        # before issue 58: the periodic re-sync is now the catch-all, no stream)
+        self.relists: Counter[str] = Counter()
+        self.catch_alls = self.caught = 0  # catch-all passes, and the keys they queued
         self.notifications: Counter[str] = Counter()  # Flux events, by result (notify)
         # gauges read at scrape time
         self.fences_held: Callable[[], int] = lambda: 0
@@ -85,6 +88,11 @@ class Metrics:
         with self._lock:
             self.relists[reason] += 1
 
+    def caught_all(self, keys: int) -> None:
+        with self._lock:
+            self.catch_alls += 1
+            self.caught += keys
+
     def api_requests(self) -> dict[str, int]:
         total: Counter[str] = Counter()
         for stats in self.api_stats:
@@ -99,6 +107,8 @@ class Metrics:
                 "deferrals": self.deferrals,
                 "errors": self.errors,
                 "relists": dict(self.relists),
+                "catch_alls": self.catch_alls,
+                "caught": self.caught,
                 "notifications": dict(self.notifications),
             }
 
@@ -155,6 +165,16 @@ def _passes(snap: dict[str, Any]) -> Iterator[Family]:
     for reason, n in sorted(snap["relists"].items()):
         relists.add_metric([reason], n)
     yield relists
+    yield CounterMetricFamily(
+        "flux_plunger_catch_all_passes",
+        "Catch-all passes (every --resync-period: the candidate releases queued again).",
+        value=snap["catch_alls"],
+    )
+    yield CounterMetricFamily(
+        "flux_plunger_catch_all_queued",
+        "Releases the catch-all passes queued again.",
+        value=snap["caught"],
+    )
 
 
 def _state(metrics: Metrics) -> Iterator[Family]:

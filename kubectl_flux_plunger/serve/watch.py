@@ -25,9 +25,11 @@ keys suspended with a spec.suspend we own — with the fenced ones, where the sh
 starts).  The watch asks for bookmarks; a 410 (ERROR event or HTTP status) starts a fresh
 sync; any other failure (apiserver restarting, network) re-watches from the last
 resourceVersion after a backoff — and a resourceVersion the restarted apiserver no longer has
-answers 410, which syncs afresh.  A fresh sync every ``resync_period`` (a new watch-list, or
-a LIST) re-enqueues whatever the predicate selects, catching changes no watch event reports
-(e.g. a Helm storage Secret appearing).
+answers 410, which syncs afresh — the only sync after the first.  The watch never ends for a
+re-sync: every ``resync_period`` the catch-all (serve/resync.py) queues again the keys whose
+last seen state the predicate selected (``Candidates``, kept from the events and the syncs),
+catching changes no watch event reports (e.g. a Helm storage Secret appearing) without a
+stream.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..core import budget, plan
 from ..core.claims import ClaimIndex
-from ..core.detect import is_fenced, is_stuck, is_terminating, parse_timestamp
+from ..core.detect import is_fenced, is_stuck
 from ..core.objects import Obj, compare_resource_versions
 from ..core.scope import Scope
 from ..kube import INITIAL_EVENTS_END, KubeError, WatchLists
 from .logs import fields
+from .resync import Candidates, CatchAll
+from .sync import Sync, held_since, key_of
 
 if TYPE_CHECKING:
     from .metrics import Metrics
@@ -58,11 +62,6 @@ WATCH_SECONDS = 300  # server-side timeout of one watch request
 # requests.
 PAGE_SIZE = 100
 BACKOFF_BASE, BACKOFF_CAP = 0.5, 30.0
-
-
-def key_of(hr: Obj) -> str:
-    md = hr.get("metadata") or {}
-    return f"{md.get('namespace')}/{md.get('name')}"
 
 
 class Expired(Exception):
@@ -106,49 +105,6 @@ class Keys(Protocol):
     def caught_up(self, resource_version: str) -> None: ...
 
 
-def _held_since(hr: Obj) -> float | None:
-    """When a fenced release began terminating (epoch seconds): its delete is held."""
-    if not is_terminating(hr):
-        return None
-    when = parse_timestamp((hr.get("metadata") or {}).get("deletionTimestamp"))
-    return when.timestamp() if when is not None else time.time()
-
-
-class _Sync:
-    """What one sync read so far — a LIST's items or a watch-list's initial events: keys
-    only, every item judged with the whole predicate (the catch-all) as it comes."""
-
-    def __init__(self, claims: bool = False) -> None:
-        # every release's claims (issue 55), when serve's scope is the whole cluster
-        self.claims = ClaimIndex() if claims else None
-        self.fenced: set[str] = set()
-        self.owned: set[str] = set()
-        self.held: dict[str, float] = {}  # fenced and terminating: its deletionTimestamp
-        self.stuck: set[str] = set()  # what can still be left stuck (serve/stuck.py)
-        self.count = self.queued = 0
-
-    def take(self, hr: Obj, queue: Keys) -> None:
-        self.count += 1
-        key = key_of(hr)
-        if self.claims is not None:
-            self.claims.put(hr)
-        if is_fenced(hr):
-            self.fenced.add(key)
-            since = _held_since(hr)
-            if since is not None:
-                self.held[key] = since
-        if plan.suspended_by_us(hr):
-            self.owned.add(key)
-        if is_stuck(hr):
-            self.stuck.add(key)
-        if plan.predicate(hr):  # the catch-all: the whole predicate, whatever the filter
-            self.queued += 1
-            # with its rv: a pass that already settled the release at this state or a newer
-            # one (a start-up hint's) has judged it
-            rv = (hr.get("metadata") or {}).get("resourceVersion") or None
-            queue.add(key, rv, listed=True)
-
-
 def _initial_events_end(event: Obj) -> bool:
     md = (event.get("object") or {}).get("metadata") or {}
     return (md.get("annotations") or {}).get(INITIAL_EVENTS_END) == "true"
@@ -169,6 +125,7 @@ class Watcher:
         self.kube, self.queue = kube, queue
         # what it watches: scope.namespace (None: every one) and scope.selector (as written)
         self.namespace, self.selector = scope.namespace, scope.selector
+        # the period of the catch-all (serve/resync.py): no stream, the watch runs on
         self.resync_period = resync_period
         self.metrics = metrics
         self.page_size = page_size
@@ -187,8 +144,11 @@ class Watcher:
         self.resource_version = ""
         # where the next watch resumes; None: sync first (set by a finished sync)
         self._resume: str | None = None
-        self._resync_at = 0.0
         self._failures = 0
+        self.candidates = Candidates()
+        self.catch_all = CatchAll(
+            self.candidates, queue, period=resync_period, synced=self.synced, metrics=metrics
+        )
 
     def fences_held(self) -> int:
         with self._lock:
@@ -231,15 +191,17 @@ class Watcher:
                 self._owned.add(key)
             else:
                 self._owned.discard(key)
-            since = _held_since(hr) if fenced else None
+            since = held_since(hr) if fenced else None
             if since is not None:
                 self._held[key] = since
             else:
                 self._held.pop(key, None)
+        rv = (hr.get("metadata") or {}).get("resourceVersion") or ""
+        self.candidates.saw(key, not deleted and plan.predicate(hr), rv)
         if self.metrics is not None and (deleted or not is_stuck(hr)):
             self.metrics.left_stuck.forget(key)  # repaired (no pass follows) or gone
         if not deleted and plan.wanted_on_change(hr) and not self._given_up(key, hr):
-            self.queue.add(key, (hr.get("metadata") or {}).get("resourceVersion") or None)
+            self.queue.add(key, rv or None)
 
     def _given_up(self, key: str, hr: Obj) -> bool:
         """Given up (issue 57) by a pass that announced it, and still so on its record:
@@ -251,11 +213,12 @@ class Watcher:
 
     # -- sync ----------------------------------------------------------------------
 
-    def _synced(self, sync: _Sync, rv: str, reason: str, via: str) -> None:
+    def _synced(self, sync: Sync, rv: str, reason: str, via: str) -> None:
         """A sync is complete at ``rv``: its keys replace the held ones, the queue's
         expectations at or below ``rv`` go, the watch resumes from ``rv``."""
         with self._lock:
             self._fenced, self._owned, self._held = sync.fenced, sync.owned, sync.held
+        self.candidates.replace(sync.selected)
         if self.claims is not None and sync.claims is not None:
             self.claims.absorb(sync.claims)
         if self.metrics is not None:
@@ -276,7 +239,6 @@ class Watcher:
             ),
         )
         self._resume = rv
-        self._resync_at = time.monotonic() + self.resync_period
         self._failures = 0
         if not self.synced.is_set():
             self.synced.set()
@@ -285,7 +247,7 @@ class Watcher:
 
     def relist(self, reason: str) -> str:
         """A fresh LIST, page by page; enqueue what the predicate selects.  Returns its rv."""
-        sync = _Sync(claims=self.claims is not None)
+        sync = Sync(claims=self.claims is not None)
         rv = ""
         self.queue.relisting()
         for items, page_rv in self.kube.iter_hr_pages(
@@ -305,8 +267,7 @@ class Watcher:
         bookmark, and a run of such ends pauses watch-lists (``kube.watch_list`` is False
         for a while: the LIST is used).  Raises Expired/KubeError; a refusal (400/422: no
         WatchList on this server) clears ``kube.watch_list`` for good instead."""
-        sync: _Sync | None = _Sync(claims=self.claims is not None)
-        seconds = max(1, min(self.watch_seconds, int(self.resync_period + 0.999)))
+        sync: Sync | None = Sync(claims=self.claims is not None)
         expired = None
         self.queue.relisting()
         try:
@@ -314,7 +275,7 @@ class Watcher:
                 self.namespace,
                 self.selector,
                 "",
-                timeout_seconds=seconds,
+                timeout_seconds=self.watch_seconds,
                 send_initial_events=True,
             ):
                 kind = event.get("type")
@@ -416,12 +377,12 @@ class Watcher:
                 )
         return tuple(self.claims.others(hr))
 
-    def _watch_once(self, rv: str, seconds: int) -> str:
+    def _watch_once(self, rv: str) -> str:
         """One watch request from ``rv``; returns the newest rv seen. Raises Expired/KubeError."""
         self._moved(rv)
         expired = None
         for event in self.kube.watch_hrs(
-            self.namespace, self.selector, rv, timeout_seconds=seconds
+            self.namespace, self.selector, rv, timeout_seconds=self.watch_seconds
         ):
             expired = self._event(event) or expired
         if expired:
@@ -434,6 +395,9 @@ class Watcher:
         return delay
 
     def run(self, stop: threading.Event) -> None:
+        """Sync, then watch from where the last request ended for as long as ``stop`` is
+        not set; a 410 syncs afresh.  (The catch-all runs beside it on its own thread:
+        ``catch_all.run``, started by the controller.)"""
         self._failures = 0
         self._resume = None
         reason = "initial"
@@ -453,12 +417,7 @@ class Watcher:
                             stop.wait(delay)
                         continue
                     resume = self.relist(reason)
-                remaining = self._resync_at - time.monotonic()
-                if remaining <= 0:
-                    self._resume, reason = None, "resync"
-                    continue
-                seconds = max(1, min(self.watch_seconds, int(remaining + 0.999)))
-                self._resume = self._watch_once(resume, seconds)
+                self._resume = self._watch_once(resume)
                 self._failures = 0
             except Expired as exc:
                 log.info(

@@ -212,13 +212,15 @@ def test_the_watcher_forgets_a_release_once_it_is_deleted_or_a_sync_did_not_see_
                 **obj["metadata"], "resourceVersion": str(2 * i + 11)}}})
         assert len(w._fenced) <= MANY // 2 + 1 and len(w._held) <= MANY // 2 + 1
     assert len(w.held_keys()) == MANY // 2 and len(w._held) == MANY // 2
+    assert len(w.candidates) == MANY // 2  # the catch-all's keys (serve/resync.py) too
     # the other half went while the watch was down (a 410): the next sync sees none of them
-    from kubectl_flux_plunger.serve.watch import _Sync
+    from kubectl_flux_plunger.serve.sync import Sync as _Sync
     sync = _Sync()
     sync.take(hr("fresh", namespace="apps", rv="1", conditions=[ready_condition()]),
               WorkQueue())
     w._synced(sync, "99999", "expired", "watch-list")
     assert w.held_keys() == set() and w._held == {}
+    assert len(w.candidates) == 0
     assert sum(metrics.left_stuck.counts().values()) == 0
 
 

@@ -93,26 +93,31 @@ def test_every_sample_carries_the_install_s_lease():
     assert not any("lease" in dict(labels) for _, labels in bare)
 
 
-def test_the_watch_passes_no_more_over_a_release_given_up_and_announced():
-    """issue 57: the pass that gives a release up announces it (counted here); after it,
-    helm-controller's writes of the still given-up release start no pass — but they do
-    before the announcement, and a change that ends the run (requestedAt) does."""
+def given_up_release(rv: str, **notes: str) -> dict:
+    """``apps/g``, stuck and given up by the recovery budget (3 of 3), ``notes`` annotated."""
     import json as json_
 
     from kubectl_flux_plunger.core import budget
     from kubectl_flux_plunger.core import constants as C
 
+    r = release("g", rv, stuck=True)
+    r["status"]["lastAttemptedGeneration"] = 1  # helm-controller failed it again
+    value = json_.loads(budget.record_value(r, 3, budget.datetime.now(budget.timezone.utc),
+                                            3, 30.0))
+    r["metadata"]["annotations"] = {C.BUDGET_ANNOTATION: json_.dumps(value),
+                                    C.PROCESSED_ANNOTATION: "2", **notes}
+    return r
+
+
+def test_the_watch_passes_no_more_over_a_release_given_up_and_announced():
+    """issue 57: the pass that gives a release up announces it (counted here); after it,
+    helm-controller's writes of the still given-up release start no pass — but they do
+    before the announcement, and a change that ends the run (requestedAt) does."""
+    from kubectl_flux_plunger.core import constants as C
+
     from .test_serve_watch import queued
 
-    def given_up(rv: str, **notes: str) -> dict:
-        r = release("g", rv, stuck=True)
-        r["status"]["lastAttemptedGeneration"] = 1  # helm-controller failed it again
-        value = json_.loads(budget.record_value(r, 3, budget.datetime.now(budget.timezone.utc),
-                                                3, 30.0))
-        r["metadata"]["annotations"] = {C.BUDGET_ANNOTATION: json_.dumps(value),
-                                        C.PROCESSED_ANNOTATION: "2", **notes}
-        return r
-
+    given_up = given_up_release
     metrics = Metrics()
     pages = [([given_up("5")], "10")]
     _, _, _, queue = run([pages], [[event("MODIFIED", given_up("11"))]], metrics=metrics)

@@ -553,14 +553,30 @@ def test_after_the_pause_the_next_sync_is_a_watch_list_again():
     assert script.watch_list is True and script.watch_lists.misses == 0
 
 
-def test_the_periodic_resync_is_a_new_watch_list():
+def test_the_watch_never_ends_for_a_resync_it_resumes_from_its_resource_version():
+    """Issue 58: however short the resync period, the only stream of every release is the
+    first (and a 410's); each watch after it resumes where the last one ended and asks the
+    server for its whole timeout, not the time left to a resync."""
     metrics = Metrics()
-    streams = [[event("ADDED", release("a", "5", stuck=True)), end_bookmark("10")],
-               [event("ADDED", release("a", "5", stuck=True)), end_bookmark("20")]]
-    _, script, _, queue = run_wl([], streams, metrics=metrics, resync_period=0)
-    assert script.calls == [("WATCH-LIST",), ("WATCH-LIST",), ("WATCH-LIST",)]
-    assert metrics.snapshot()["relists"] == {"initial": 1, "resync": 1}
-    assert queued(queue) == ["apps/a"]
+    timeouts: list[int] = []
+
+    class Timed(WatchListScript):
+        def watch_hrs(self, namespace, selector, rv, timeout_seconds=300, **kw):
+            timeouts.append(timeout_seconds)
+            return super().watch_hrs(namespace, selector, rv, timeout_seconds, **kw)
+
+    stop = Stop()
+    script = Timed(stop, [], [
+        [event("ADDED", release("a", "5", stuck=True)), end_bookmark("10")],
+        [event("MODIFIED", release("b", "12", stuck=True)), bookmark("20")],
+        [bookmark("30")]])
+    queue = WorkQueue()
+    Watcher(script, queue, Scope(), resync_period=0.001, metrics=metrics,  # type: ignore[arg-type]
+            watch_seconds=277).run(stop)  # type: ignore[arg-type]
+    assert script.calls == [("WATCH-LIST",), ("WATCH", "10"), ("WATCH", "20"), ("WATCH", "30")]
+    assert timeouts == [277] * 4
+    assert metrics.snapshot()["relists"] == {"initial": 1}
+    assert queued(queue) == ["apps/a", "apps/b"]
 
 
 def test_a_watch_list_error_event_before_the_bookmark_is_a_failure():
