@@ -395,9 +395,10 @@ def _check_name_in_use(hr: Obj, newest: Revision, secret: Obj) -> Choice:
     when the newest revision is ``uninstalled`` (Absent: its history is empty, verifies it,
     or is legacy), and Helm's install refuses any name with history unless Replace.  ok when
     the newest payload is ``uninstalled``, helm-controller's history does not make it
-    upgrade instead, and ``spec.install.replace`` is not set.  An uninstalled release has
-    no resources left: deleting its newest revision leaves helm-controller an older one to
-    upgrade from, or none to install afresh.  An older ``deployed`` revision does not
+    upgrade instead, and ``spec.install.replace`` is not set.  The uninstall deleted the
+    release's resources (all but what Helm keeps: a `keep` resource policy, CRDs): deleting
+    its newest revision leaves helm-controller an older one to upgrade from, or none to
+    install afresh.  An older ``deployed`` revision does not
     refuse: helm-controller and Helm's name check look only at the newest."""
     label = f"newest revision {newest.number}"
     payload, error = _try_decode(secret)
