@@ -88,7 +88,7 @@ TARGETS: tuple[Target, ...] = (
     Target("ownership", "kubectl_flux_plunger/core/ownership.py", UNIT, "core"),
     # the storage verdict: choose_revision and every function it reaches
     Target("storage", "kubectl_flux_plunger/core/storage.py", UNIT, "core", functions=(
-        "choose_revision", "_check_newest", "_check_state_error", "_check_name_in_use",
+        "choose_revision", "_check_newest", "_judged", "_check_state_error", "_check_name_in_use",
         "_unverified", "_install_replaces", "_legacy_dead_end", "_status_of", "_invalid",
         "_history_latest", "_label_deployed", "_storage_of", "_refuse",
         "_describe", "_why_not_blocking", "_payload_status", "_try_decode",

@@ -244,6 +244,16 @@ def _invalid(newest: Revision, payload: Obj | None, error: str) -> Choice | None
     return None
 
 
+def _judged(newest: Revision, secret: Obj) -> tuple[Choice | None, str | None]:
+    """The newest revision's payload decoded for a face's check: (the refusal of one that
+    cannot be judged, None) or (None, its Helm status)."""
+    payload, error = _try_decode(secret)
+    invalid = _invalid(newest, payload, error)
+    if invalid is not None or payload is None:
+        return invalid, None
+    return None, _payload_status(payload)
+
+
 def _check_newest(newest: Revision, secret: Obj, deployed: Revision | None) -> Choice:
     """Decode the newest revision's payload and decide whether it is the blocking one.
 
@@ -339,11 +349,9 @@ def _check_state_error(
     (``_legacy_dead_end``).  An older deployed revision does not make it healthy:
     helm-controller looks only at the newest."""
     label = f"newest revision {newest.number}"
-    payload, error = _try_decode(secret)
-    invalid = _invalid(newest, payload, error)
+    invalid, status = _judged(newest, secret)
     if invalid is not None:
         return invalid
-    status = _payload_status(payload) if payload is not None else None
     if status != reported:
         return _refuse(
             Refusal.STALE_FACE,
@@ -401,11 +409,9 @@ def _check_name_in_use(hr: Obj, newest: Revision, secret: Obj) -> Choice:
     install afresh.  An older ``deployed`` revision does not
     refuse: helm-controller and Helm's name check look only at the newest."""
     label = f"newest revision {newest.number}"
-    payload, error = _try_decode(secret)
-    invalid = _invalid(newest, payload, error)
+    invalid, status = _judged(newest, secret)
     if invalid is not None:
         return invalid
-    status = _payload_status(payload) if payload is not None else None
     if status != "uninstalled":
         return _refuse(
             Refusal.STALE_FACE,

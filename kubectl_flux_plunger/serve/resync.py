@@ -105,7 +105,7 @@ class CatchAll:
         for key, rv in keys.items():
             self.queue.add(key, rv or None)
         if self.metrics is not None:
-            self.metrics.left_stuck.keep_only(self.candidates.snapshot())
+            self.metrics.left_stuck.keep_only(keys)
             self.metrics.caught_all(len(keys))
         log.info("catch-all: candidates queued again", extra=fields(count=len(keys)))
         return len(keys)

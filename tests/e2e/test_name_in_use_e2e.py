@@ -15,8 +15,6 @@ Runs on every helm-controller version the suite runs (v1.6.4, and v1.4.3 in the
 compatibility stage)."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from kubectl_flux_plunger.core import constants as C
@@ -27,24 +25,14 @@ from testplane.helmctl import (FIXED_VERSION, break_release, latest_snapshot, le
                                stuck_keep_history, wait_name_in_use, wait_released)
 
 from tests.apiserver.test_serve_support import FAST, serve  # noqa: F401 - fixture
+from tests.e2e.test_state_error_e2e import _left_clean
+from tests.e2e.test_state_error_e2e import _status_item as _item
 
 
 def _helm_v4() -> bool:
     """helm-controller v1.5+ (Helm v4, v2 snapshots) rather than v1.4.x (Helm v3)."""
     major, minor = (int(p) for p in binaries.version("helm-controller").lstrip("v").split(".")[:2])
     return (major, minor) >= (1, 5)
-
-
-def _item(cli, ns: str, name: str) -> dict:
-    res = cli("status", "-n", ns, name, "-o", "json")
-    assert res.code == 0, res
-    (item,) = json.loads(res.out)["items"]
-    return item
-
-
-def _left_clean(hr: dict) -> None:
-    assert hr["spec"].get("suspend") is None, hr["spec"]
-    assert C.FENCE not in (hr["metadata"].get("finalizers") or []), hr["metadata"]
 
 
 def test_a_kept_history_after_a_failed_install_is_listed_and_recovered_by_recover(
