@@ -105,6 +105,8 @@ TARGETS: tuple[Target, ...] = (
     Target("writes", "kubectl_flux_plunger/core/writes.py", UNIT, "core"),
     # the recovery budget (issue 57): when a stuck release is recovered, waits, or is given up
     Target("budget", "kubectl_flux_plunger/core/budget.py", UNIT, "core"),
+    # the Lease renewal's answer, read from protobuf (issue 58)
+    Target("protobuf", "kubectl_flux_plunger/kube/protobuf.py", UNIT, "core"),
     # the Lease survey's pure parts (which Lease covers a release, which is live, what the
     # warning says): unit-tested (tests/unit/test_controllers.py, test_selector.py,
     # test_status_state.py); its reads of the API are the lease_survey target below

@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '1b8f768d'
+FINGERPRINT = '0982d214'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -59,15 +59,20 @@ from .session import Exit, fail
 )
 @duration_option(
     "--lease-duration",
-    default="15s",
+    default="35s",
     help="How long followers wait after the last renewal before taking over.",
 )
 @duration_option(
     "--renew-deadline",
-    default="10s",
+    default="30s",
     help="How long the leader keeps acting without a successful renewal.",
 )
-@duration_option("--retry-period", default="2s", help="Interval between acquire/renew attempts.")
+@duration_option(
+    "--retry-period",
+    default="5s",
+    help="Interval between acquire/renew attempts.  The three defaults are Flux's "
+    "controllers'.",
+)
 @duration_option(
     "--shutdown-drain-timeout",
     default="60s",

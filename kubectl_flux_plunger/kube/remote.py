@@ -39,6 +39,7 @@ from typing import Any
 from ..core.detect import dig
 from . import Kube, KubeError, core_path
 from .official import _client_modules
+from .paths import JSON
 from .remote_kubeconfig import (
     KubeConfigRef,
     RemoteConfig,
@@ -49,6 +50,7 @@ from .remote_kubeconfig import (
     parse_kubeconfig,
     ssl_context,
 )
+from .transport import Request
 
 REMOTE_TIMEOUT = 10.0  # seconds per request to a remote cluster (status stays bounded)
 UNREACHABLE_TTL = 30.0  # a remote that did not answer is not retried for this long
@@ -93,8 +95,8 @@ class RemoteKube(Kube):
         """How this cluster is named in output: its server URL."""
         return self._remote.server
 
-    def _headers(self, content_type: str | None) -> MutableMapping[str, str]:
-        headers = super()._headers(content_type)
+    def _headers(self, content_type: str | None, accept: str = JSON) -> MutableMapping[str, str]:
+        headers = super()._headers(content_type, accept)
         cfg = self._remote
         if cfg.username and not cfg.token:
             pair = f"{cfg.username}:{cfg.password or ''}".encode()
@@ -103,9 +105,9 @@ class RemoteKube(Kube):
             headers["Impersonate-User"] = cfg.impersonate
         return headers
 
-    def request(self, verb: str, method: str, path: str, **kwargs: Any) -> Any:
+    def send(self, req: Request) -> Any:
         try:
-            return super().request(verb, method, path, **kwargs)
+            return super().send(req)
         except KubeError as exc:
             if exc.status == 0 and self._on_unreachable is not None:
                 self._on_unreachable(self.cluster)

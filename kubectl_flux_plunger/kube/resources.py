@@ -9,8 +9,9 @@ from urllib.parse import quote
 
 from ..core.objects import Obj
 from .paths import JSON, MERGE_PATCH, core_path, lease_path
+from .protobuf import METADATA_ACCEPT
 from .read import Reads
-from .transport import Transport
+from .transport import Request, Transport
 
 
 class Secrets:
@@ -128,9 +129,28 @@ class Leases:
         )
 
     def update_lease(self, namespace: str, name: str, body: Obj) -> Obj:
-        return self._transport.request(
-            "UPDATE", "PUT", lease_path(namespace, name), body=body, content_type=JSON
+        """PUT ``body`` (its ``managedFields`` left out: the apiserver keeps the ones it has)
+        and return the Lease as written: ``body`` with the metadata the apiserver answers.
+
+        The answer is asked for as metadata only, in protobuf where the server speaks it
+        (:mod:`.protobuf`): a leader renews every few seconds for as long as it runs, and
+        the whole Lease back each time would be most of what serve costs the apiserver."""
+        md = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+        sent = {**body, "metadata": md}
+        answer = self._transport.send(
+            Request(
+                "UPDATE",
+                "PUT",
+                lease_path(namespace, name),
+                body=sent,
+                content_type=JSON,
+                accept=METADATA_ACCEPT,
+            )
         )
+        if answer.get("kind") == "Lease":  # a server that would not answer with metadata
+            return answer
+        written = {k: v for k, v in (answer.get("metadata") or {}).items() if k != "managedFields"}
+        return {**sent, "metadata": {**md, **written}}
 
 
 class Workloads:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from urllib.parse import urlencode
 
 from ..core.objects import Obj
+from . import protobuf
 from .config import Kubeconfig, Overrides, _load_client_configuration
 from .errors import (
     ConfigError,
@@ -77,6 +78,7 @@ class Request:
     write: bool = False
     timeout: float | None = None
     stream: bool = False
+    accept: str = JSON
 
 
 class KubeOptions(TypedDict, total=False):
@@ -165,10 +167,10 @@ class Transport:
         with contextlib.suppress(Exception):
             old.clear()
 
-    def _headers(self, content_type: str | None) -> MutableMapping[str, str]:
+    def _headers(self, content_type: str | None, accept: str = JSON) -> MutableMapping[str, str]:
         import urllib3
 
-        headers = urllib3.HTTPHeaderDict({"Accept": JSON, "User-Agent": self._ua})
+        headers = urllib3.HTTPHeaderDict({"Accept": accept, "User-Agent": self._ua})
         for key, value in self._impersonate:
             headers.add(key, value)
         if content_type:
@@ -192,19 +194,23 @@ class Transport:
         timeout: float | None = None,
     ) -> Obj:
         """Send one request. Returns the decoded JSON body.  Raises :class:`KubeError` (a
-        subclass naming the status) for any non-2xx answer or transport failure.
+        subclass naming the status) for any non-2xx answer or transport failure."""
+        return self.send(Request(verb, method, path, query, body, content_type, write, timeout))
+
+    def send(self, req: Request) -> Obj:
+        """:meth:`request`, for a :class:`Request` made by the caller (one that asks for
+        another answer: ``accept``, e.g. protobuf's ``PartialObjectMetadata``).
 
         Reads (GET, LIST) answered 429 or 5xx are retried a bounded number of times,
         honouring ``Retry-After``; writes never are (a write's caller re-reads and
         re-decides)."""
-        req = Request(verb, method, path, query, body, content_type, write, timeout)
         attempt = 0
         while True:
             try:
                 body_json: Obj = self._send(req)
                 return body_json
             except (TooManyRequests, ServerError) as exc:
-                if verb not in READ_VERBS or attempt >= READ_RETRIES:
+                if req.verb not in READ_VERBS or attempt >= READ_RETRIES:
                     raise
                 delay = _retry_after(exc, attempt)
                 attempt += 1
@@ -240,7 +246,7 @@ class Transport:
                 req.method,
                 url,
                 body=data,
-                headers=self._headers(req.content_type),
+                headers=self._headers(req.content_type, req.accept),
                 preload_content=not req.stream,
                 timeout=urllib3.Timeout(connect=t or 30, read=t)
                 if (t or not req.stream)
@@ -268,6 +274,16 @@ class Transport:
             raise _error_from(resp.status, resp.data, resp.headers.get("Retry-After"))
         if not resp.data:
             return {}
+        if (resp.headers.get("Content-Type") or "").startswith(protobuf.PROTOBUF):
+            try:
+                return protobuf.partial_object_metadata(resp.data)
+            except (protobuf.Malformed, UnicodeDecodeError) as exc:
+                raise KubeError(
+                    resp.status,
+                    "BadResponse",
+                    f"the API at {self._cfg.host} answered {req.method} {req.path} with "
+                    f"protobuf flux-plunger cannot read ({exc})",
+                ) from None
         try:
             return json.loads(resp.data)
         except ValueError:

@@ -67,7 +67,7 @@ def test_the_bind_address_flags_are_parsed_into_the_addresses():
 
 def test_a_replace_is_checked_again():
     with pytest.raises(Invalid):
-        dataclasses.replace(ServeConfig(), renew_deadline=20)
+        dataclasses.replace(ServeConfig(), renew_deadline=40)
 
 
 def test_the_lease_timings_relations_only_with_leader_election():

@@ -77,7 +77,7 @@ def test_the_kubeconfig_is_read_once_for_both_clients_and_the_lease_namespace(ku
     assert ran["cfg"].lease_namespace == "team-a"
     assert ran["kube"].request_timeout == startup.DEFAULT_REQUEST_TIMEOUT
     assert ran["lease_kube"] is not ran["kube"]
-    assert ran["lease_kube"].request_timeout == 2.0   # the retry period, at least 1s
+    assert ran["lease_kube"].request_timeout == 5.0   # the retry period, at least 1s
     assert ran["kube"].host == ran["lease_kube"].host == "https://127.0.0.1:1"
 
 
