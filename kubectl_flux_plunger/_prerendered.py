@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '0982d214'
+FINGERPRINT = '7147aede'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

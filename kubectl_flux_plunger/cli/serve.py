@@ -70,8 +70,7 @@ from .session import Exit, fail
 @duration_option(
     "--retry-period",
     default="5s",
-    help="Interval between acquire/renew attempts.  The three defaults are Flux's "
-    "controllers'.",
+    help="Interval between acquire/renew attempts.  The three defaults are Flux's controllers'.",
 )
 @duration_option(
     "--shutdown-drain-timeout",
