@@ -136,10 +136,13 @@ class LeaderElector:
                 self._observed_at = self.clock()
             self._observed = lease
 
-    def _wrote(self, lease: Obj) -> None:
+    def _wrote(self, lease: Obj, sent_at: float) -> None:
+        """``lease`` is what a write of ours left; ``sent_at`` our clock when the write went
+        out.  The renew deadline counts from then, not from the answer: a late answer must
+        not stretch how long we act past what a follower that saw the write allows."""
         self._observe(lease)
         with self._lock:
-            self._last_renew = self.clock()
+            self._last_renew = sent_at
 
     def try_acquire_or_renew(self) -> bool:
         """One attempt; True when we hold the Lease afterwards.  Never raises KubeError."""
@@ -164,15 +167,18 @@ class LeaderElector:
             and cached is not None
             and (cached.get("spec") or {}).get("holderIdentity") == self.identity
         ):
+            sent_at = self.clock()
             try:
                 self._wrote(
                     self.kube.update_lease(
                         self.namespace, self.name, {**cached, "spec": self._spec(cached)}
-                    )
+                    ),
+                    sent_at,
                 )
                 return True
             except KubeError as exc:
-                if not exc.conflict:
+                # someone else wrote it, or deleted it: re-read (the Lease may be another's now)
+                if not (exc.conflict or exc.not_found):
                     raise
         lease = self.kube.get_lease(self.namespace, self.name)
         if lease is None:
@@ -183,8 +189,9 @@ class LeaderElector:
                 "spec": self._spec(None),
             }
             body = self._with_annotations(body)
+            sent_at = self.clock()
             try:
-                self._wrote(self.kube.create_lease(self.namespace, body))
+                self._wrote(self.kube.create_lease(self.namespace, body), sent_at)
                 return True
             except KubeError as exc:
                 if exc.conflict:
@@ -199,13 +206,15 @@ class LeaderElector:
                 observed_at = self._observed_at
             if self.clock() < observed_at + float(duration):
                 return False  # held by someone else and not expired
+        sent_at = self.clock()
         try:
             self._wrote(
                 self.kube.update_lease(
                     self.namespace,
                     self.name,
                     self._with_annotations({**lease, "spec": self._spec(lease)}),
-                )
+                ),
+                sent_at,
             )
             return True
         except KubeError as exc:
@@ -258,13 +267,19 @@ class LeaderElector:
                 continue
             with self._lock:
                 last = self._last_renew or 0.0
-            if self.clock() - last >= self.renew_deadline:
+            holder = self.holder()
+            taken = bool(holder) and holder != self.identity  # deleted and re-created by another
+            if taken or self.clock() - last >= self.renew_deadline:
                 self.leading.clear()
                 self.lost.set()
+                why = (
+                    "another instance holds it" if taken else "no renewal within the renew deadline"
+                )
                 log.error(
-                    "leader election: lost the Lease (no renewal within the renew "
-                    "deadline); stopping without a drain, another instance leads now",
-                    extra=fields(renew_deadline=self.renew_deadline),
+                    "leader election: lost the Lease (%s); stopping without a drain, another "
+                    "instance leads now",
+                    why,
+                    extra=fields(renew_deadline=self.renew_deadline, holder=holder or "(none)"),
                 )
                 self.on_lost()
                 return
@@ -280,7 +295,12 @@ class LeaderElector:
         if not self.leading.is_set() or self.lost.is_set():
             return False
         self.leading.clear()
+        # a few quick tries, within one retry period: a release that cannot be made in time
+        # is a Lease left to expire, never a shutdown running into the kubelet's SIGKILL
+        give_up = self.clock() + max(1.0, self.retry_period)
         for _ in range(3):
+            if self.clock() >= give_up:
+                break
             try:
                 lease = self.kube.get_lease(self.namespace, self.name)
                 if (

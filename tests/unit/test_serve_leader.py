@@ -230,6 +230,52 @@ def test_a_leader_whose_copy_is_stale_re_reads_and_keeps_the_lease(leases, clock
     assert leases.spec()["holderIdentity"] == "me"
 
 
+def test_the_renew_deadline_counts_from_when_the_renewal_was_sent(leases, clock):
+    e = elector(leases, clock)
+    lead(e)
+    real_update = leases.update_lease
+
+    def slow(namespace, name, body):      # the answer arrives 3 s after the write went out
+        clock.advance(3.0)
+        return real_update(namespace, name, body)
+
+    leases.update_lease = slow
+    clock.advance(RETRY)
+    sent = clock()
+    assert e.try_acquire_or_renew()
+    clock.now = sent + RENEW - 0.1
+    assert e.is_leader()
+    clock.now = sent + RENEW              # not sent + 3 s + RENEW: a follower saw the write
+    assert not e.is_leader()
+
+
+def test_a_deleted_lease_is_created_again_by_its_leader(leases, clock):
+    e = elector(leases, clock)
+    lead(e)
+    del leases.objects[NAME]              # the fast path's PUT answers 404
+    clock.advance(RETRY)
+    assert e.try_acquire_or_renew()
+    assert leases.spec()["holderIdentity"] == "me" and e.is_leader()
+
+
+def test_run_stops_leading_at_once_when_another_instance_holds_the_lease(leases, clock):
+    started, lost = threading.Event(), threading.Event()
+    e = LeaderElector(leases, LeaseConfig(NS, NAME, "me", LeaseTimings(LEASE, RENEW, 0.001)),
+                      clock=clock, wall=lambda: WALL,
+                      on_started=started.set, on_lost=lost.set)
+    t = threading.Thread(target=e.run, args=(threading.Event(),), daemon=True)
+    t.start()
+    assert started.wait(5)
+    # the Lease deleted and created again by another instance, between two renewals
+    del leases.objects[NAME]
+    leases.held_by("other")
+    assert lost.wait(5), "kept leading while another instance held the Lease"
+    t.join(5)
+    assert not t.is_alive()
+    assert e.lost.is_set() and not e.leading.is_set() and not e.is_leader()
+    assert leases.spec()["holderIdentity"] == "other"    # and it never wrote over the other
+
+
 def test_is_leader_turns_false_once_the_renew_deadline_passed(leases, clock):
     e = elector(leases, clock)
     lead(e)
@@ -345,3 +391,21 @@ def test_the_lease_records_what_this_instance_watches_on_create_and_takeover(lea
     e2 = elector(other, clock, annotations=scope)
     lead(e2)
     assert other.objects[NAME]["metadata"]["annotations"] == {"keep": "me", **scope}
+
+
+def test_a_release_that_keeps_failing_stops_within_one_retry_period(leases, clock):
+    e = LeaderElector(leases, LeaseConfig(NS, NAME, "me", LeaseTimings(LEASE, RENEW, 0.001)),
+                      clock=clock, wall=lambda: WALL)
+    lead(e)
+    e._renew_done.set()                          # run() never started: nothing in flight
+    tries: list[float] = []
+
+    def unreachable(namespace, name):
+        tries.append(clock())
+        clock.advance(0.6)                       # each try costs 0.6 s of its 1 s bound
+        raise KubeError(0, "Unreachable", "connection refused")
+
+    leases.get_lease = unreachable
+    assert not e.release()
+    assert tries == [100.0, 100.6]               # the third would start past the bound
+    assert leases.spec()["holderIdentity"] == "me"
