@@ -9,10 +9,12 @@ proxy) that will not answer in protobuf answers in JSON, which the transport dec
 always.
 
 The wire format (k8s.io/apimachinery ``runtime/serializer/protobuf``): the 4 bytes ``k8s\\0``,
-then a ``runtime.Unknown`` — ``typeMeta`` (1: apiVersion 1, kind 2), ``raw`` (2: the object)
-— whose ``raw`` is a ``PartialObjectMetadata`` whose field 1 is the ``ObjectMeta``.  Only the
-ObjectMeta fields flux-plunger reads are decoded; the rest are skipped by their wire type, as
-protobuf readers do."""
+then a ``runtime.Unknown`` — ``typeMeta`` (1: apiVersion 1, kind 2), ``raw`` (2: the object),
+``contentEncoding`` (3: empty) — whose ``raw`` is a ``PartialObjectMetadata`` whose field 1 is
+the ``ObjectMeta``.  The ObjectMeta fields a PUT of the object carries are decoded (name,
+namespace, uid, resourceVersion, labels, annotations, finalizers) and ownerReferences refused;
+the rest (server-set: generation, timestamps, managedFields) are skipped by their wire type,
+as protobuf readers do."""
 
 from __future__ import annotations
 
@@ -29,6 +31,10 @@ METADATA_ACCEPT = f"{PROTOBUF}{_AS_METADATA}, application/json{_AS_METADATA}, ap
 # ObjectMeta's field numbers (k8s.io/apimachinery/pkg/apis/meta/v1/generated.proto)
 _STRINGS = {1: "name", 3: "namespace", 5: "uid", 6: "resourceVersion"}
 _MAPS = {11: "labels", 12: "annotations"}
+_FINALIZERS = 14
+# what a PUT of the object would carry and this reader cannot: an answer holding it is
+# refused (the caller then reads the object as JSON), so a write never drops it unseen
+_UNREAD = {13: "ownerReferences"}
 _VARINT, _FIXED64, _BYTES, _FIXED32 = 0, 1, 2, 5
 
 
@@ -102,6 +108,10 @@ def object_meta(data: bytes) -> Obj:
         elif number in _MAPS:
             key, text = _entry(value)
             meta.setdefault(_MAPS[number], {})[key] = text
+        elif number == _FINALIZERS:
+            meta.setdefault("finalizers", []).append(_text(value))
+        elif number in _UNREAD:
+            raise Malformed(f"metadata.{_UNREAD[number]}, which this reader does not decode")
     return meta
 
 
@@ -122,5 +132,8 @@ def partial_object_metadata(payload: bytes) -> Obj:
     api_version, kind = _text(type_meta.get(1, b"")), _text(type_meta.get(2, b""))
     if (api_version, kind) != ("meta.k8s.io/v1", "PartialObjectMetadata"):
         raise Malformed(f"a {api_version} {kind}, not a meta.k8s.io/v1 PartialObjectMetadata")
+    encoding = dict(fields(unknown)).get(3)
+    if encoding:
+        raise Malformed(f"a content encoding ({encoding!r})")
     meta = _only(_only(unknown, 2, "object"), 1, "metadata")
     return {"apiVersion": api_version, "kind": kind, "metadata": object_meta(meta)}

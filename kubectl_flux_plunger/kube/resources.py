@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..core.objects import Obj
+from .errors import KubeError
 from .paths import JSON, MERGE_PATCH, core_path, lease_path
 from .protobuf import METADATA_ACCEPT
 from .read import Reads
@@ -106,6 +107,7 @@ class Leases:
     def __init__(self, transport: Transport, reads: Reads) -> None:
         self._transport = transport
         self._reads = reads
+        self._accept = METADATA_ACCEPT  # plain JSON once an answer could not be read
 
     def get_lease(self, namespace: str, name: str) -> Obj | None:
         return self._reads.get_or_none(lease_path(namespace, name))
@@ -137,20 +139,30 @@ class Leases:
         the whole Lease back each time would be most of what serve costs the apiserver."""
         md = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
         sent = {**body, "metadata": md}
-        answer = self._transport.send(
-            Request(
-                "UPDATE",
-                "PUT",
-                lease_path(namespace, name),
-                body=sent,
-                content_type=JSON,
-                accept=METADATA_ACCEPT,
+        path = lease_path(namespace, name)
+        try:
+            answer = self._transport.send(
+                Request("UPDATE", "PUT", path, body=sent, content_type=JSON, accept=self._accept)
             )
-        )
+        except KubeError as exc:
+            if exc.reason != "BadResponse" or self._accept == JSON:
+                raise
+            return self._unread_answer(namespace, name, sent, exc)
         if answer.get("kind") == "Lease":  # a server that would not answer with metadata
             return answer
         written = {k: v for k, v in (answer.get("metadata") or {}).items() if k != "managedFields"}
         return {**sent, "metadata": {**md, **written}}
+
+    def _unread_answer(self, namespace: str, name: str, sent: Obj, exc: KubeError) -> Obj:
+        """The PUT was answered 2xx but the answer could not be read (a proxy, a server
+        speaking a protobuf this reader does not know): ask for plain JSON from now on, and
+        take the Lease as stored when it holds what was sent — the write landed; else the
+        renewal failed as far as anyone can tell."""
+        self._accept = JSON
+        stored = self.get_lease(namespace, name)
+        if stored is None or (stored.get("spec") or {}) != (sent.get("spec") or {}):
+            raise exc
+        return stored
 
 
 class Workloads:

@@ -91,14 +91,21 @@ def test_labels_annotations_and_skipped_fields_of_every_wire_type():
     )
     assert P.partial_object_metadata(envelope(meta))["metadata"] == {
         "name": "lease", "namespace": "ns", "uid": "u-1", "resourceVersion": "42",
-        "labels": {"a": "1", "b": "2"}, "annotations": {"note": "x"},
+        "labels": {"a": "1", "b": "2"}, "annotations": {"note": "x"}, "finalizers": ["finalizer"],
     }
 
 
-def test_a_map_entry_without_a_value_is_an_empty_string_and_empty_metadata_is_empty():
-    meta = field(12, field(1, "only-key")) + field(12, field(2, "only-value"))
+def test_finalizers_are_read_in_order():
+    meta = field(1, "l") + field(14, "a/one") + field(14, "b/two")
     assert P.partial_object_metadata(envelope(meta))["metadata"] == {
-        "annotations": {"only-key": "", "": "only-value"}}
+        "name": "l", "finalizers": ["a/one", "b/two"]}
+
+
+def test_a_map_entry_without_a_value_is_an_empty_string_and_empty_metadata_is_empty():
+    meta = (field(12, field(1, "only-key")) + field(12, field(2, "only-value"))
+            + field(12, field(1, "k") + field(3, "a later field") + field(2, "v")))
+    assert P.partial_object_metadata(envelope(meta))["metadata"] == {
+        "annotations": {"only-key": "", "": "only-value", "k": "v"}}
     assert P.partial_object_metadata(envelope(b""))["metadata"] == {}
 
 
@@ -135,6 +142,8 @@ TYPE_META = field(1, field(1, "meta.k8s.io/v1") + field(2, "PartialObjectMetadat
     (envelope(varint(7 << 3) + b"\xff" * 10 + b"\x01"), "a varint longer than 10 bytes"),
     (envelope(field(6, "12")[:-1]), "field 6 runs past the end"),
     (envelope(varint(7 << 3) + b"\xff"), "a varint runs past the end"),
+    (envelope(field(13, field(1, "v1"))), "metadata.ownerReferences, which this reader does not decode"),
+    (P.MAGIC + TYPE_META + field(2, field(1, b"")) + field(3, "gzip"), "a content encoding (b'gzip')"),
 ])
 def test_what_is_not_a_partial_object_metadata_is_refused(payload, why):
     with pytest.raises(P.Malformed) as err:
@@ -146,11 +155,13 @@ def test_every_truncation_of_the_real_answer_is_refused_never_half_read():
     whole = P.partial_object_metadata(REAL)
     trailer = field(3, "") + field(4, "")       # contentEncoding and contentType, both empty
     assert REAL.endswith(trailer)
-    for end in range(len(REAL) - len(trailer)):  # a cut inside the envelope or the object
+    complete = {len(REAL) - len(trailer), len(REAL) - len(field(4, ""))}  # between fields
+    for end in range(len(REAL)):
+        if end in complete:
+            assert P.partial_object_metadata(REAL[:end]) == whole
+            continue
         with pytest.raises(P.Malformed):
             P.partial_object_metadata(REAL[:end])
-    for end in range(len(REAL) - len(trailer), len(REAL)):  # a cut in the empty trailer
-        assert P.partial_object_metadata(REAL[:end]) == whole
 
 
 def test_a_varint_cut_short_and_a_fixed_field_past_the_end():
@@ -168,7 +179,9 @@ def test_a_varint_cut_short_and_a_fixed_field_past_the_end():
 
 def test_the_transport_decodes_a_protobuf_answer_by_its_content_type(kube):  # noqa: F811
     pb = {"Content-Type": f"{P.PROTOBUF};as=PartialObjectMetadata;g=meta.k8s.io;v=v1"}
-    _with_pool(kube, _Resp(200, REAL, pb), _Resp(200, REAL[:40], pb), _Resp(200, b"\xff\xfe", pb))
+    bare = {"Content-Type": P.PROTOBUF}          # what kube-apiserver itself sends
+    _with_pool(kube, _Resp(200, REAL, bare), _Resp(200, REAL[:40], pb),
+               _Resp(200, b"\xff\xfe", pb))
     req = K.transport.Request("UPDATE", "PUT", "/l", accept=P.METADATA_ACCEPT)
     assert kube.send(req)["metadata"]["resourceVersion"] == "210"
     with pytest.raises(K.KubeError) as err:
@@ -216,3 +229,54 @@ def test_a_lease_update_asks_for_metadata_sends_no_managed_fields_and_returns_th
         **written["metadata"], "resourceVersion": "211"}
     # a server that answers with the whole Lease: taken as it is
     assert kube.update_lease("default", "fp", written)["spec"] == {"holderIdentity": "other"}
+
+
+# -- an answer that cannot be read: the write landed, JSON from then on -----------------
+
+LEASE_PATH = "/apis/coordination.k8s.io/v1/namespaces/default/leases/fp"
+BODY = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "fp", "namespace": "default", "resourceVersion": "209"},
+        "spec": {"holderIdentity": "me", "renewTime": "2026-12-07T07:00:05.000000Z"}}
+
+
+def _stored(spec: dict, rv: str = "210") -> bytes:
+    return json.dumps({"kind": "Lease", "apiVersion": "coordination.k8s.io/v1",
+                       "metadata": {"name": "fp", "namespace": "default", "resourceVersion": rv},
+                       "spec": spec}).encode()
+
+
+def test_an_unreadable_answer_is_checked_by_a_read_and_later_renewals_ask_for_json(kube):  # noqa: F811
+    pb = {"Content-Type": P.PROTOBUF}
+    pool = _with_pool(kube, _Resp(200, REAL[:40], pb), _Resp(200, _stored(BODY["spec"])),
+                      _Resp(200, _stored(BODY["spec"], "211")))
+    written = kube.update_lease("default", "fp", BODY)
+    assert written["metadata"]["resourceVersion"] == "210" and written["spec"] == BODY["spec"]
+    get = pool.calls[1]
+    assert (get[0], get[1].split("?")[0].removeprefix("https://127.0.0.1:1")) == ("GET", LEASE_PATH)
+    kube.update_lease("default", "fp", written)
+    assert pool.calls[2][2]["headers"]["Accept"] == K.JSON       # no protobuf asked again
+
+
+def test_an_unreadable_answer_whose_lease_does_not_hold_the_write_is_a_failed_renewal(kube):  # noqa: F811
+    pb = {"Content-Type": P.PROTOBUF}
+    other = {**BODY["spec"], "holderIdentity": "other"}
+    _with_pool(kube, _Resp(200, REAL[:40], pb), _Resp(200, _stored(other)),
+               _Resp(200, REAL[:40], {"Content-Type": K.JSON}))
+    with pytest.raises(K.KubeError, match="protobuf flux-plunger cannot read"):
+        kube.update_lease("default", "fp", BODY)
+    # asking for JSON already, an unreadable answer is the transport's error as it is
+    with pytest.raises(K.KubeError, match="with non-JSON"):
+        kube.update_lease("default", "fp", BODY)
+
+
+def test_an_unreadable_answer_of_a_lease_gone_and_other_errors_are_raised(kube):  # noqa: F811
+    pb = {"Content-Type": P.PROTOBUF}
+    missing = json.dumps({"kind": "Status", "code": 404, "reason": "NotFound"}).encode()
+    conflict = json.dumps({"kind": "Status", "code": 409, "reason": "Conflict",
+                           "message": "modified"}).encode()
+    _with_pool(kube, _Resp(200, REAL[:40], pb), _Resp(404, missing), _Resp(409, conflict))
+    with pytest.raises(K.KubeError, match="protobuf flux-plunger cannot read"):
+        kube.update_lease("default", "fp", BODY)
+    with pytest.raises(K.KubeError) as err:
+        kube.update_lease("default", "fp", BODY)
+    assert err.value.conflict
