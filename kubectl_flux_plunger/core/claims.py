@@ -141,6 +141,12 @@ class ClaimIndex:
         """``hr`` as it now is (an ADDED or MODIFIED event, a listed item)."""
         key, claims = key_of(hr), claims_of(hr)
         with self._lock:
+            if self._by_key.get(key) == claims:
+                # most events are status writes: nothing to move.  Dropping and adding the
+                # key again would spend a slot of both dicts per event, and every ~0.75x
+                # their size of such events would make Python double their tables (3.7 MiB
+                # at 50,000 releases, docs/BENCHMARKS.md)
+                return
             self._drop(key)
             self._by_key[key] = claims
             for claim in claims:
