@@ -115,11 +115,13 @@ def object_meta(data: bytes) -> Obj:
     return meta
 
 
-def _only(data: bytes, number: int, what: str) -> bytes:
-    for n, value in fields(data):
-        if n == number and isinstance(value, bytes):
-            return value
-    raise Malformed(f"no {what}")
+def _message(read: dict[int, int | bytes], number: int, what: str) -> bytes:
+    """Field ``number`` of a message's fields as read (the last one, as protobuf merges),
+    which must be length-delimited."""
+    value = read.get(number)
+    if not isinstance(value, bytes):
+        raise Malformed(f"no {what}")
+    return value
 
 
 def partial_object_metadata(payload: bytes) -> Obj:
@@ -127,13 +129,13 @@ def partial_object_metadata(payload: bytes) -> Obj:
     fields of :func:`object_meta`).  Raises :class:`Malformed` for anything else."""
     if not payload.startswith(MAGIC):
         raise Malformed("no k8s protobuf envelope")
-    unknown = payload[len(MAGIC) :]
-    type_meta = dict(fields(_only(unknown, 1, "typeMeta")))
-    api_version, kind = _text(type_meta.get(1, b"")), _text(type_meta.get(2, b""))
+    envelope = dict(fields(payload[len(MAGIC) :]))  # the runtime.Unknown, read once
+    names = dict(fields(_message(envelope, 1, "typeMeta")))
+    api_version, kind = _text(names.get(1, b"")), _text(names.get(2, b""))
     if (api_version, kind) != ("meta.k8s.io/v1", "PartialObjectMetadata"):
         raise Malformed(f"a {api_version} {kind}, not a meta.k8s.io/v1 PartialObjectMetadata")
-    encoding = dict(fields(unknown)).get(3)
-    if encoding:
-        raise Malformed(f"a content encoding ({encoding!r})")
-    meta = _only(_only(unknown, 2, "object"), 1, "metadata")
-    return {"apiVersion": api_version, "kind": kind, "metadata": object_meta(meta)}
+    if envelope.get(3):
+        raise Malformed(f"a content encoding ({envelope[3]!r})")
+    raw = dict(fields(_message(envelope, 2, "object")))
+    meta = object_meta(_message(raw, 1, "metadata"))
+    return {"apiVersion": api_version, "kind": kind, "metadata": meta}
