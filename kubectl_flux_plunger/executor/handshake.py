@@ -29,7 +29,8 @@ log = logging.getLogger(__name__)
 # (its burst of status writes during an attempt), and the bound of that wait.
 SETTLE_QUIET = 0.15
 SETTLE_BOUND = 2.0
-# The replay of what happened since the read arrives right after the watch opens.
+# The replay of what happened since the read arrives right after the watch opens (a watch
+# from a GET's resourceVersion; a watch-list's stream is the read, so it has no replay).
 REPLAY_WAIT = 0.02
 _END = "_END"
 
@@ -76,6 +77,10 @@ class ReleaseWatch:
         # a watch-list: until its first ADDED (or the end-of-initial-events bookmark) the
         # state is not known yet
         self.initial_pending = initial
+        # a watch-list carries the read and every change after it in order on one stream:
+        # there is no replay to wait for (a write still in flight when the acquire goes
+        # out meets its resourceVersion precondition, and the 409 is re-decided on the stream)
+        self._replays = not initial
         self._q: queue.Queue[Obj] = queue.Queue()
         self._resp: Any = None
         self._open = threading.Event()
@@ -203,11 +208,12 @@ class ReleaseWatch:
         return False
 
     def settle(self) -> Obj | None:
-        """The newest state once the replay since the read has arrived and, if the release
-        is being written (helm-controller mid-attempt), once the writes have paused."""
+        """The newest state once the replay since the read has arrived (a watch-list has
+        none: the changes since its read are queued already) and, if the release is being
+        written (helm-controller mid-attempt), once the writes have paused."""
         self._open.wait(SETTLE_BOUND)
         deadline = time.monotonic() + SETTLE_BOUND
-        quiet = REPLAY_WAIT
+        quiet = REPLAY_WAIT if self._replays else 0.0
         while self.next(min(quiet, max(0.0, deadline - time.monotonic()))):
             quiet = SETTLE_QUIET  # something is writing: wait for a pause
             if time.monotonic() >= deadline:

@@ -419,6 +419,41 @@ def test_settle_on_a_quiet_release_is_the_read(opened_watches):
     assert watch.settle() == _hr("5")
 
 
+def _first_wait_of_settle(watch: ReleaseWatch) -> float:
+    """settle() on ``watch``, returning how long its first look at the stream could wait."""
+    asked: list[float] = []
+    real_next = watch.next
+
+    def spy(timeout: float) -> bool:
+        asked.append(timeout)
+        return real_next(timeout)
+
+    watch.next = spy  # type: ignore[method-assign]
+    watch.settle()
+    return asked[0]
+
+
+def test_settle_after_a_gets_read_waits_for_the_replay(opened_watches):
+    # a watch opened from the GET's resourceVersion replays what happened since: it
+    # arrives right after the stream opens, so settle waits a moment for it
+    watch = watch_on(FeedKube(), _hr("5"), opened_watches)
+    assert _first_wait_of_settle(watch) == pytest.approx(hs.REPLAY_WAIT, abs=0.005)
+
+
+def test_settle_after_a_watch_lists_read_takes_what_is_queued_without_waiting(opened_watches):
+    # the watch-list's stream is the read: the changes since it are queued already
+    kube = FeedKube()
+    for item in (ev("ADDED", _hr("5")), bookmark("true")):
+        kube.feed.put(item)
+    hr, watch = ReleaseWatch.read(kube, NS, NAME, timeout=30, first_wait=10)  # type: ignore[arg-type]
+    opened_watches.append(watch)
+    assert hr == _hr("5")
+    assert _first_wait_of_settle(watch) == 0.0
+    kube.feed.put(ev("MODIFIED", _hr("6")))  # a write after the read is still taken
+    assert wait_for(lambda: watch._q.qsize() >= 1)
+    assert watch.settle() == _hr("6")
+
+
 # -- waiting for what comes later ------------------------------------------------------------
 
 
