@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -162,7 +163,38 @@ def recovered_by_serve(plane: ControlPlane, cluster: Cluster, server: ChartServe
         if len(again) != len(events):
             events, stable_since = again, time.monotonic()
     annotation = cluster.get(ns, "demo")["metadata"]["annotations"][C.PROCESSED_ANNOTATION]
-    return 0, f"recovered revision {annotation}", events
+    ack = handshake(about(plane.audit_events(since=mark), ns))
+    words = "" if ack is None else (f"; helm-controller acknowledged {ack[0] * 1000:.1f} ms "
+                                    f"after the acquire, serve's record {ack[1] * 1000:.1f} ms "
+                                    "after that")
+    return 0, f"recovered revision {annotation}{words}", events
+
+
+def _at(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def handshake(events: list[dict]) -> tuple[float, float] | None:
+    """From every client's requests about the release (by arrival): (helm-controller's
+    acknowledgement — its last status write before serve's record — after serve's acquire
+    completed; serve's record after that write completed), in seconds; None when the round
+    does not show both."""
+    ours = [e for e in events if e.get("userAgent", "").startswith(UA) and e["verb"] == "patch"
+            and (e.get("objectRef") or {}).get("resource") == "helmreleases"
+            and not (e.get("objectRef") or {}).get("subresource")
+            and (e.get("responseStatus") or {}).get("code") == 200]
+    if len(ours) < 2:
+        return None
+    acquire, record = ours[0], ours[1]
+    acks = [e for e in events if e.get("userAgent", "").startswith("helm-controller")
+            and (e.get("objectRef") or {}).get("subresource") == "status"
+            and acquire["requestReceivedTimestamp"] < e["requestReceivedTimestamp"]
+            < record["requestReceivedTimestamp"]]
+    if not acks:
+        return None
+    ack = acks[-1]
+    return (_at(ack["requestReceivedTimestamp"]) - _at(acquire["stageTimestamp"]),
+            _at(record["requestReceivedTimestamp"]) - _at(ack["stageTimestamp"]))
 
 
 def main() -> int:

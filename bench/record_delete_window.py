@@ -25,10 +25,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.recover_bench import Acknowledger, make_stuck  # noqa: E402
+from bench.recover_bench import make_stuck  # noqa: E402
 from kubectl_flux_plunger.report.events import Recorder  # noqa: E402
 from kubectl_flux_plunger.executor import Executor, Options  # noqa: E402
-from testplane.cluster import Cluster  # noqa: E402
+from testplane.cluster import Cluster, WatchingAcknowledger  # noqa: E402
 from testplane.plane import ControlPlane  # noqa: E402
 
 
@@ -68,7 +68,7 @@ def main() -> int:
     plane = ControlPlane(Path(tempfile.mkdtemp(prefix="window-bench-"))).start()
     admin = plane.kube()
     cluster = Cluster(admin)
-    ack = Acknowledger(Cluster(plane.kube()))
+    ack = WatchingAcknowledger(Cluster(plane.kube()))
     ack.start()
     try:
         for c in args.concurrency:

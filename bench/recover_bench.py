@@ -21,7 +21,6 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -35,57 +34,8 @@ from kubectl_flux_plunger.core import storage  # noqa: E402
 from kubectl_flux_plunger.report.events import Recorder  # noqa: E402
 from kubectl_flux_plunger.executor import Executor, Options  # noqa: E402
 from kubectl_flux_plunger.kube import JSON, KubeError  # noqa: E402
-from testplane.cluster import Cluster  # noqa: E402
+from testplane.cluster import Cluster, WatchingAcknowledger  # noqa: E402
 from testplane.plane import ControlPlane  # noqa: E402
-
-
-class Acknowledger(threading.Thread):
-    """helm-controller's reaction to a suspension, watch-driven as the real one is: each
-    suspended release whose generation is not observed yet gets ``observedGeneration =
-    generation`` ``delay`` seconds after the event (the real controller's reconcile of a
-    suspended release takes tens of milliseconds).  Writes go through a small pool, as the
-    real controller runs several workers."""
-
-    def __init__(self, cluster: Cluster, delay: float = 0.02, workers: int = 4):
-        super().__init__(daemon=True)
-        self.cluster = cluster
-        self.delay = delay
-        self.stop = threading.Event()
-        self.pool = ThreadPoolExecutor(workers)
-        self.acked = 0
-
-    def _ack(self, ns: str, name: str, gen: int) -> None:
-        if self.delay:
-            time.sleep(self.delay)
-        try:
-            self.cluster.set_status(ns, name, {"observedGeneration": gen})
-            self.acked += 1
-        except KubeError:
-            pass
-
-    def run(self):
-        rv = ""
-        while not self.stop.is_set():
-            try:
-                if not rv:
-                    items = self.cluster.kube.request("LIST", "GET", "/apis/helm.toolkit.fluxcd.io/v2/helmreleases",
-                                                      query={"limit": 1})
-                    rv = items["metadata"]["resourceVersion"]
-                for ev in self.cluster.kube.watch_hrs(None, None, rv, timeout_seconds=30):
-                    obj = ev.get("object") or {}
-                    md = obj.get("metadata") or {}
-                    rv = md.get("resourceVersion") or rv
-                    if ev.get("type") == "ERROR":
-                        rv = ""
-                        break
-                    if ev.get("type") in ("ADDED", "MODIFIED") and (obj.get("spec") or {}).get("suspend") \
-                            and (obj.get("status") or {}).get("observedGeneration") != md.get("generation"):
-                        self.pool.submit(self._ack, md["namespace"], md["name"], md["generation"])
-                    if self.stop.is_set():
-                        return
-            except KubeError:
-                rv = ""
-                self.stop.wait(0.2)
 
 
 def make_stuck(cluster: Cluster, ns: str, name: str) -> None:
@@ -194,7 +144,7 @@ def main() -> int:
     print(f"control plane start: {plane.start_seconds:.1f} s; load average {os.getloadavg()[0]:.2f}")
     kube = plane.kube()
     cluster = Cluster(kube)
-    ack = Acknowledger(cluster, delay=a.ack_delay)
+    ack = WatchingAcknowledger(cluster, delay=a.ack_delay)
     ack.start()
     try:
         # requests per recovery, one release, in-process

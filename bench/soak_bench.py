@@ -20,7 +20,9 @@ over a compressed stretch of cluster life?
      (its helm-controller finalizer dropped, as helm-controller does);
    * every ``--stuck-every`` seconds one release made stuck in its own short-lived release
      (a new name, a new uid): in turn recovered (a simulated helm-controller acknowledges the
-     suspension, testplane.cluster; then writes its successful retry), recovered, corrupt
+     suspension from a watch as the real one does, testplane.cluster.WatchingAcknowledger;
+     ``--ack poll``: a LIST every 50 ms, as the soaks before the last of 2026-12-07; then the
+     driver writes its successful retry), recovered, corrupt
      (its newest revision undecodable: skipped, announced by a RecoverySkipped Event and
      notification), recovered, deleted mid-recovery (deleted once serve holds it; its own
      namespace's simulated helm-controller handles deletes but never acknowledges a
@@ -194,7 +196,7 @@ from serve_bench import Serve, pct, rss_kib  # noqa: E402
 from serve_first_bench import LEASE_NS as REFERENCE_LEASE_NS  # noqa: E402
 from serve_first_bench import (BULK, DeleteWatch, ensure_namespace,  # noqa: E402
                                record_stuck_event, reference_argv, seed)
-from testplane.cluster import Cluster, SimulatedHelmController  # noqa: E402
+from testplane.cluster import Cluster, SimulatedHelmController, WatchingAcknowledger  # noqa: E402
 from testplane.notifyctl import Receiver  # noqa: E402
 from testplane.plane import ControlPlane, free_port, wait_for  # noqa: E402
 from tests.apiserver.conftest import corrupt_revision  # noqa: E402
@@ -811,6 +813,10 @@ def main() -> int:
                     help="seconds after a catch-all pass (before an old re-sync's line) that "
                          "count as inside it")
     ap.add_argument("--restarts", type=int, default=1, help="apiserver restarts after warm-up")
+    ap.add_argument("--ack", choices=("watch", "poll"), default="watch",
+                    help="how the stuck releases' simulated helm-controller sees a suspension: "
+                         "from a watch, as the real one does (default), or by a LIST every "
+                         "50 ms (the soaks before 2026-12-07's last)")
     ap.add_argument("--sample-every", type=float, default=10)
     ap.add_argument("--no-tracemalloc", dest="tracemalloc", action="store_false")
     ap.add_argument("--collect", action="store_true",
@@ -866,12 +872,21 @@ def main() -> int:
               f"({a.warmup:g} min warm-up)", flush=True)
         # soak-slow's helm-controller never acknowledges a suspension (busy elsewhere): the
         # recovery there waits for it until the bench deletes the release it holds
-        with SimulatedHelmController(cluster, STUCK, interval=0.05), \
+        # soak-stuck's acknowledges from a watch (or, --ack poll, a LIST every 50 ms); its
+        # deletes are handled by a poller either way
+        watching = a.ack == "watch"
+        ack = WatchingAcknowledger(cluster, STUCK, delay=0.0) if watching else None
+        if ack is not None:
+            ack.start()
+        with SimulatedHelmController(cluster, STUCK, acknowledge=not watching,
+                                     interval=0.5 if watching else 0.05), \
                 SimulatedHelmController(cluster, SLOW, acknowledge=False, interval=0.2):
             driver = Driver(plane, cluster, receiver, names, a)
             driver.start()
             samples = run_samples(serve, driver, a, snaps, probe)
             driver.stop.set()
+        if ack is not None:
+            ack.stop.set()
         print()
         print(HEADER)
         for s in samples:
