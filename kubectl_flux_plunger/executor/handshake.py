@@ -1,7 +1,8 @@
 """Waiting on one release — the one wait-until helper of the recovery (``recover``).
 
-``ReleaseWatch`` is one WATCH of the release, opened from the resourceVersion of the fresh
-read that decided on a recovery and read by a thread into a queue.  That one request serves
+``ReleaseWatch`` is one WATCH of the release — the watch-list whose initial event is the
+fresh read that decided on a recovery, or a WATCH from that read's resourceVersion — read by
+a thread into a queue.  That one request serves
 three purposes: the acquire is sent on the newest state (after helm-controller's burst of
 status writes has settled, so the unforced apply seldom meets a 409), a 409 is re-decided on
 the state the stream already carries (no GET), and the handshake — helm-controller has
@@ -30,7 +31,8 @@ log = logging.getLogger(__name__)
 SETTLE_QUIET = 0.15
 SETTLE_BOUND = 2.0
 # The replay of what happened since the read arrives right after the watch opens (a watch
-# from a GET's resourceVersion; a watch-list's stream is the read, so it has no replay).
+# from a GET's resourceVersion; a watch-list's stream is the read, so it has no replay); and
+# after a 409's newer state, the writes queued right behind it.
 REPLAY_WAIT = 0.02
 _END = "_END"
 

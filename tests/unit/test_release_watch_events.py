@@ -450,8 +450,23 @@ def test_settle_after_a_watch_lists_read_takes_what_is_queued_without_waiting(op
     assert hr == _hr("5")
     assert _first_wait_of_settle(watch) == 0.0
     kube.feed.put(ev("MODIFIED", _hr("6")))  # a write after the read is still taken
-    assert wait_for(lambda: watch._q.qsize() >= 1)
+    assert wait_for(lambda: any(e.get("type") == "MODIFIED" for e in list(watch._q.queue)))
     assert watch.settle() == _hr("6")
+
+
+def test_settle_after_a_watch_lists_read_waits_out_a_burst_it_finds(opened_watches, monkeypatch):
+    # a write queued behind the read: helm-controller is writing, so settle waits for a pause
+    monkeypatch.setattr(hs, "SETTLE_QUIET", 2.0)
+    monkeypatch.setattr(hs, "SETTLE_BOUND", 10.0)
+    kube = FeedKube()
+    for item in (ev("ADDED", _hr("5")), bookmark("true"), ev("MODIFIED", _hr("6"))):
+        kube.feed.put(item)
+    hr, watch = ReleaseWatch.read(kube, NS, NAME, timeout=30, first_wait=10)  # type: ignore[arg-type]
+    opened_watches.append(watch)
+    assert hr == _hr("5")
+    assert wait_for(lambda: any(e.get("type") == "MODIFIED" for e in list(watch._q.queue)))
+    later(kube, ev("MODIFIED", _hr("7")), after=0.1)  # the burst goes on
+    assert watch.settle() == _hr("7")
 
 
 # -- waiting for what comes later ------------------------------------------------------------
