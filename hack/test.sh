@@ -23,6 +23,7 @@ cd "$(dirname "$0")/.."
 # when the run began is never stopped.
 engine_started=0
 late_pid=
+compat_pids=()
 engine_end() {
   local rc=$?
   if [ -n "$late_pid" ] && kill -0 "$late_pid" 2>/dev/null; then
@@ -35,6 +36,14 @@ engine_end() {
     pkill -TERM -P "$budget_pid" 2>/dev/null || true
     kill -TERM "$budget_pid" 2>/dev/null || true
   fi
+  local pid
+  for pid in "${compat_pids[@]}"; do
+    # a compatibility run still going when the run ends (a failed tier): stop it and its pytest
+    if kill -0 "$pid" 2>/dev/null; then
+      pkill -TERM -P "$pid" 2>/dev/null || true
+      kill -TERM "$pid" 2>/dev/null || true
+    fi
+  done
   if [ "$engine_started" = 1 ]; then
     if [ "${KIND_ENGINE_KEEP:-}" = 1 ]; then
       echo "== the Docker engine this run started is left running (KIND_ENGINE_KEEP=1); hack/kind/engine.sh stop stops it"
@@ -152,13 +161,17 @@ failed=()
 BUDGET_E2E=tests/e2e/test_budget_e2e.py
 budget_pid=
 budget_start() {
-  late_ready e2e || return 1
   echo "== $BUDGET_E2E, beside the apiserver tier (its log follows the e2e tier)"
   (
     set +e
+    # its binaries come from the background set-up: waited for here, not on the tiers' path
+    if ! late_ready e2e >"$data/e2e-budget.log" 2>&1; then
+      echo 1 >"$data/e2e-budget.rc"
+      exit
+    fi
     started=${EPOCHREALTIME/,/.}
     COVERAGE_FILE=$data/e2e-budget "$PY" -m pytest "$BUDGET_E2E" -m e2e --cov --cov-report= \
-      -p no:cacheprovider -q >"$data/e2e-budget.log" 2>&1
+      -p no:cacheprovider -q >>"$data/e2e-budget.log" 2>&1
     echo $? >"$data/e2e-budget.rc"
     echo "$BUDGET_E2E took $(awk -v a="$started" -v b="${EPOCHREALTIME/,/.}" \
       'BEGIN { printf "%.1f", b - a }')s" >>"$data/e2e-budget.log"
@@ -173,8 +186,54 @@ budget_end() {
   rc=$(cat "$data/e2e-budget.rc" 2>/dev/null || echo 1)
   [ "$rc" -eq 0 ] || failed+=("e2e-budget")
 }
+# --- compatibility stage (issue 19) -------------------------------------------------------
+# The tiers that run real Kubernetes or Flux components, again on the older versions operators
+# run (hack/setup.sh builds them): the e2e tier on helm-controller v1.4.3 (the Flux 2.7 line),
+# the apiserver and e2e tiers on kube-apiserver v1.33.13 (no watch-lists).  No coverage is
+# collected here: the floors above are for the default run.
+# Two runs at most at a time, each into a log printed whole at the end.  The first (the e2e
+# tier on helm-controller v1.4.3: 11 min, mostly waiting on helm-controller's hook timeouts)
+# starts as soon as the default e2e tier has ended — its binaries are the e2e tier's part of
+# the set-up — and runs beside the kind and release tiers; the second when those have ended
+# (kube-apiserver v1.33.13 is the set-up's last part), the third as soon as either of the
+# other two ends.  Every control plane has its own ports, directories and processes.
+compat=(
+  "e2e FLUX_PLUNGER_HELM_CONTROLLER_VERSION=v1.4.3"
+  "apiserver FLUX_PLUNGER_KUBE_VERSION=v1.33.13"
+  "e2e FLUX_PLUNGER_KUBE_VERSION=v1.33.13"
+)
+compat_logs=$(mktemp -d "${TMPDIR:-/tmp}/flux-plunger-compat.XXXXXX")
+compat_started=
+compat_run() {  # INDEX TIER VERSION: one run into $compat_logs/INDEX.{log,rc}
+  local i=$1 tier=$2 version=$3 component started rc
+  case $version in
+    FLUX_PLUNGER_KUBE_VERSION=*) component=kube-apiserver ;;
+    *) component=helm-controller ;;
+  esac
+  {
+    echo "== $tier tier on $component ${version#*=}"
+    started=${EPOCHREALTIME/,/.}
+    set +e
+    env "$version" "$PY" -m pytest "tests/$tier" -m "$tier" -p no:cacheprovider -q
+    rc=$?
+    echo "compatibility: $tier tier on $component ${version#*=} took $(awk -v a="$started" \
+      -v b="${EPOCHREALTIME/,/.}" 'BEGIN { printf "%.1f", b - a }')s"
+    echo "$rc" >"$compat_logs/$i.rc"
+  } >"$compat_logs/$i.log" 2>&1
+}
+compat_start() {  # INDEX: that run, in the background
+  local tier version
+  read -r tier version <<<"${compat[$1]}"
+  [ -n "$compat_started" ] || compat_started=$SECONDS
+  compat_run "$1" "$tier" "$version" &
+  compat_pids[$1]=$!
+}
+compat_done() {  # INDEX: 0 once that run has ended
+  [ -e "$compat_logs/$1.rc" ] || ! kill -0 "${compat_pids[$1]}" 2>/dev/null
+}
+
 for tier in unit cli apiserver e2e kind release; do
-  if [ "$tier" = apiserver ]; then budget_start || true; fi
+  if [ "$tier" = apiserver ]; then budget_start; fi
   echo "== $tier tier"
   if { [ "$tier" = e2e ] || [ "$tier" = kind ] || [ "$tier" = release ]; } \
       && ! late_ready "$tier"; then
@@ -224,7 +283,11 @@ for tier in unit cli apiserver e2e kind release; do
     echo "error: the $tier tier failed; the slow tiers were not run" >&2
     exit "$rc"
   fi
-  if [ "$tier" = e2e ]; then budget_end; fi
+  if [ "$tier" = e2e ]; then
+    budget_end
+    # the first compatibility run (its binaries are the e2e tier's part), beside the next tiers
+    compat_start 0
+  fi
   if [ "$tier" = unit ]; then
     if ! report "$data/unit" --include="$CORE" --fail-under="$CORE_FLOOR" >"$data/core.txt"; then
       cat "$data/core.txt"
@@ -245,57 +308,26 @@ if ! report "$data/all" --fail-under="$TOTAL_FLOOR"; then
   failed+=("total-coverage")
 fi
 
-# --- compatibility stage (issue 19) -------------------------------------------------------
-# The tiers that run real Kubernetes or Flux components, again on the older versions operators
-# run (hack/setup.sh builds them): the e2e tier on helm-controller v1.4.3 (the Flux 2.7 line),
-# the apiserver and e2e tiers on kube-apiserver v1.33.13 (no watch-lists).  No coverage is
-# collected here: the floors above are for the default run.
-# The first two runs go side by side (the e2e tier mostly waits on helm-controller's hook
-# timeouts while the apiserver tier keeps the cores busy: ~7 min off a run), each into a log
-# printed whole when it ends; the third runs after them.  Every control plane has its own
-# ports, directories and processes.
-compat=(
-  "e2e FLUX_PLUNGER_HELM_CONTROLLER_VERSION=v1.4.3"
-  "apiserver FLUX_PLUNGER_KUBE_VERSION=v1.33.13"
-  "e2e FLUX_PLUNGER_KUBE_VERSION=v1.33.13"
-)
-compat_logs=$(mktemp -d "${TMPDIR:-/tmp}/flux-plunger-compat.XXXXXX")
-compat_run() {  # INDEX TIER VERSION: one run into $compat_logs/INDEX.{log,rc}
-  local i=$1 tier=$2 version=$3 component started rc
-  case $version in
-    FLUX_PLUNGER_KUBE_VERSION=*) component=kube-apiserver ;;
-    *) component=helm-controller ;;
-  esac
-  {
-    echo "== $tier tier on $component ${version#*=}"
-    started=${EPOCHREALTIME/,/.}
-    set +e
-    env "$version" "$PY" -m pytest "tests/$tier" -m "$tier" -p no:cacheprovider -q
-    rc=$?
-    echo "compatibility: $tier tier on $component ${version#*=} took $(awk -v a="$started" \
-      -v b="${EPOCHREALTIME/,/.}" 'BEGIN { printf "%.1f", b - a }')s"
-    echo "$rc" >"$compat_logs/$i.rc"
-  } >"$compat_logs/$i.log" 2>&1
-}
-compat_ready=1
-late_ready compat || { failed+=("compat-setup"); compat_ready=0; }
-if [ "$compat_ready" = 1 ]; then
-  compat_started=$SECONDS
-  for i in 0 1; do
-    read -r tier version <<<"${compat[$i]}"
-    compat_run "$i" "$tier" "$version" &
-  done
-  wait
-  read -r tier version <<<"${compat[2]}"
-  (compat_run 2 "$tier" "$version")   # a subshell: its set +e stays there
+# the compatibility stage (above): the second and third runs, then every log in order
+if late_ready compat; then
+  [ -n "${compat_pids[0]:-}" ] || compat_start 0   # (the e2e tier's set-up had failed)
+  compat_start 1
+  until compat_done 0 || compat_done 1; do sleep 2; done   # a slot frees
+  compat_start 2
+else
+  failed+=("compat-setup")
+fi
+for pid in "${compat_pids[@]}"; do wait "$pid" || true; done
+if [ -n "$compat_started" ]; then
   for i in 0 1 2; do
+    [ -n "${compat_pids[$i]:-}" ] || continue
     read -r tier version <<<"${compat[$i]}"
     cat "$compat_logs/$i.log"
     rc=$(cat "$compat_logs/$i.rc" 2>/dev/null || echo 1)
     [ "$rc" -eq 5 ] && no_tests "$tier"
     [ "$rc" -ne 0 ] && failed+=("$tier@${version#*=}")
   done
-  echo "compatibility: the stage took $((SECONDS - compat_started))s"
+  echo "compatibility: the stage took $((SECONDS - compat_started))s from its first run's start"
 fi
 rm -rf "$compat_logs"
 # --- end compatibility stage ----------------------------------------------------------------
