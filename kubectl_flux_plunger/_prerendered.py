@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = '7147aede'
+FINGERPRINT = 'd1de6937'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -145,6 +145,7 @@ def _watch_status(
     from ..verbs import status as verb
     from ..verbs.status import interesting
     from . import render
+    from .wakeful import wakeful
 
     sel = s.selection
     ns = None if sel.all_namespaces else sel.namespace
@@ -153,7 +154,7 @@ def _watch_status(
             "LIST", "GET", hr_path(ns), query={"labelSelector": sel.selector, "limit": 1}
         )["metadata"]["resourceVersion"]
         try:
-            for event in s.kube.watch_hrs(ns, sel.selector, rv):
+            for event in wakeful(s.kube.watch_hrs(ns, sel.selector, rv)):
                 if event.get("type") == "ERROR":
                     break
                 if event.get("type") == "BOOKMARK":
