@@ -32,6 +32,14 @@
 * ``add_first`` queues a key ahead of every other (serve's start-up hints: releases
   helm-controller has just reported stuck, before the sync reaches them) — unless the
   running sync has queued it and a pass has already taken it (``add(listed=True)``).
+* ``add_behind`` queues a key behind every key ``add`` and ``add_first`` queue, now or while
+  it waits (the catch-all's candidates, issue 58), and such a key is taken only while no key
+  from those lanes is being processed (a free worker waits instead): a pass of the catch-all
+  never holds up a live change, however many candidates it queued, and none is taken up while
+  a live pass runs (a live change that comes while candidates run does run beside them).  A
+  live change of a key waiting behind, or its due timer, moves it up; one the catch-all alone
+  queued again during the key's pass goes behind again.  Candidates wait as long as live
+  passes keep a worker: the catch-all is the slow path.
 
 Only keys are held, never objects: decisions re-read the release.
 """
@@ -85,8 +93,12 @@ class WorkQueue:
         self._cond = threading.Condition()
         self._ready: deque[str] = deque()
         self._first: deque[str] = deque()  # add_first: handed out before _ready
+        self._behind: deque[str] = deque()  # add_behind: handed out after _ready
+        self._behind_keys: set[str] = set()  # the keys in _behind
+        self._dirty_behind: set[str] = set()  # processing, dirtied by add_behind alone
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
+        self._live: set[str] = set()  # processing, taken from _first or _ready
         self._timers: list[tuple[float, int, str]] = []  # heap; stale entries skipped
         self._due: dict[str, float] = {}  # key -> earliest armed due time
         self._seq = itertools.count()
@@ -119,6 +131,26 @@ class WorkQueue:
             if not self._backing_off_locked(key):
                 self._add_locked(key, resource_version or "")
 
+    def add_behind(self, key: str, resource_version: str | None = None) -> None:
+        """Queue ``key`` as ``add`` does, but behind every key ``add`` or ``add_first``
+        queues before it is taken.  A key already queued stays where it is."""
+        with self._cond:
+            if resource_version is not None and self._judged_locked(key, resource_version):
+                self.skipped += 1
+                return
+            if self._shutdown or self._backing_off_locked(key):
+                return
+            if key in self._processing and key not in self._dirty:
+                self._dirty_behind.add(key)  # done() queues it behind again
+            if key in self._processing or key in self._dirty:
+                self._add_locked(key, resource_version or "", behind=True)
+                return
+            self._dirty.add(key)
+            self.adds += 1
+            self._behind.append(key)
+            self._behind_keys.add(key)
+            self._cond.notify()
+
     def add_first(self, key: str) -> bool:
         """Queue ``key`` ahead of every key ``add`` queued: a key already waiting moves to
         the front.  One being processed is left to its pass (a change meanwhile is the
@@ -134,7 +166,8 @@ class WorkQueue:
             if key in self._dirty:
                 if key in self._first:
                     return True
-                self._ready.remove(key)  # O(n), for the few keys hinted at start-up
+                if not self._unbehind_locked(key):
+                    self._ready.remove(key)  # O(n), for the few keys hinted at start-up
             else:
                 self._dirty.add(key)
                 self.adds += 1
@@ -176,10 +209,13 @@ class WorkQueue:
     def _backing_off_locked(self, key: str) -> bool:
         return key in self._due and self._backoff.failures(key) > 0
 
-    def _add_locked(self, key: str, rv: str = "") -> None:
+    def _add_locked(self, key: str, rv: str = "", *, behind: bool = False) -> None:
+        """A change of ``key`` (``behind``: the catch-all's, which moves nothing up)."""
         if self._shutdown:
             return
         if key in self._processing:  # queued again by done(), unless the pass judged rv
+            if not behind:
+                self._dirty_behind.discard(key)  # a live change: its next pass is live
             if key in self._dirty:
                 self._dirty_rv[key] = _newest(self._dirty_rv[key], rv)
             else:
@@ -188,11 +224,22 @@ class WorkQueue:
                 self.adds += 1
             return
         if key in self._dirty:
+            if not behind and self._unbehind_locked(key):
+                self._ready.append(key)  # a live change (or its timer): up to the others
+                self._cond.notify()
             return
         self._dirty.add(key)
         self.adds += 1
         self._ready.append(key)
         self._cond.notify()
+
+    def _unbehind_locked(self, key: str) -> bool:
+        """Take ``key`` out of the lane behind, if it waits there (O(behind))."""
+        if key not in self._behind_keys:
+            return False
+        self._behind_keys.discard(key)
+        self._behind.remove(key)
+        return True
 
     def add_after(self, key: str, delay: float) -> None:
         if delay <= 0:
@@ -245,8 +292,14 @@ class WorkQueue:
                     return None
                 now = self._clock()
                 self._promote_due_locked(now)
+                key = None
                 if self._first or self._ready:
                     key = (self._first or self._ready).popleft()
+                    self._live.add(key)
+                elif self._behind and not self._live:
+                    key = self._behind.popleft()
+                    self._behind_keys.discard(key)
+                if key is not None:
                     self._dirty.discard(key)
                     self._processing.add(key)
                     return key
@@ -263,6 +316,12 @@ class WorkQueue:
         """The pass over ``key`` ended; ``settled`` is ``Outcome.settled``."""
         with self._cond:
             self._processing.discard(key)
+            if key in self._live:
+                self._live.discard(key)
+                if not self._live and self._behind:
+                    self._cond.notify_all()  # the keys waiting behind may go now
+            behind = key in self._dirty_behind
+            self._dirty_behind.discard(key)
             dirty_rv = self._dirty_rv.pop(key, "")
             if settled:
                 if key in self._dirty and _no_newer(dirty_rv, settled):
@@ -274,7 +333,11 @@ class WorkQueue:
             if key in self._dirty and self._backing_off_locked(key):
                 self._dirty.discard(key)  # the backoff timer re-adds it
             elif key in self._dirty and not self._shutdown:
-                self._ready.append(key)
+                if behind:  # only the catch-all queued it again meanwhile
+                    self._behind.append(key)
+                    self._behind_keys.add(key)
+                else:
+                    self._ready.append(key)
                 self._cond.notify()
 
     # -- lifecycle / introspection ----------------------------------------------------
@@ -292,7 +355,7 @@ class WorkQueue:
     def __len__(self) -> int:
         """Keys ready to be processed now (the queue-depth gauge)."""
         with self._cond:
-            return len(self._first) + len(self._ready)
+            return len(self._first) + len(self._ready) + len(self._behind)
 
     def waiting(self) -> int:
         """Keys with an armed timer (requeue-after or backoff)."""
@@ -304,9 +367,12 @@ class WorkQueue:
         diagnostics)."""
         with self._cond:
             return {
-                "ready": len(self._ready) + len(self._first),
+                "ready": len(self._ready) + len(self._first) + len(self._behind),
                 "dirty": len(self._dirty),
                 "processing": len(self._processing),
+                "behind": len(self._behind),
+                "live": len(self._live),
+                "dirty_behind": len(self._dirty_behind),
                 "timers": len(self._timers),
                 "due": len(self._due),
                 "dirty_rv": len(self._dirty_rv),

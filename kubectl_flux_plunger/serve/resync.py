@@ -25,7 +25,10 @@ event filter is a subset of it), so the catch-all never needs to read it.  How o
 cases above are an operator's repair or a helm-controller that stopped, minutes apart at
 best — the default 10 minutes, as before.  One pass costs, per candidate, the pass's fresh
 read (a watch-list of one release, or a GET) and its storage LIST, as the old re-sync's
-queued keys did; none for the releases that are fine.
+queued keys did; none for the releases that are fine.  They wait behind every live change
+(``WorkQueue.add_behind``) and are not taken up while a live pass runs: a release that becomes
+stuck while a pass's candidates are being re-decided is taken by the next free worker, not
+after the last candidate.
 """
 
 from __future__ import annotations
@@ -43,11 +46,17 @@ log = logging.getLogger(__name__)
 
 
 class Requeue(Protocol):
-    """Where the catch-all queues keys (``queue.WorkQueue``)."""
+    """Where a sync queues keys (``queue.WorkQueue``)."""
 
     def add(
         self, key: str, resource_version: str | None = None, *, listed: bool = False
     ) -> None: ...
+
+
+class RequeueBehind(Protocol):
+    """Where the catch-all queues keys (``queue.WorkQueue``): behind every live change."""
+
+    def add_behind(self, key: str, resource_version: str | None = None) -> None: ...
 
 
 class Candidates:
@@ -88,7 +97,7 @@ class CatchAll:
     def __init__(
         self,
         candidates: Candidates,
-        queue: Requeue,
+        queue: RequeueBehind,
         *,
         period: float,
         synced: threading.Event,
@@ -103,7 +112,7 @@ class CatchAll:
             return 0
         keys = self.candidates.snapshot()
         for key, rv in keys.items():
-            self.queue.add(key, rv or None)
+            self.queue.add_behind(key, rv or None)
         if self.metrics is not None:
             self.metrics.left_stuck.keep_only(keys)
             self.metrics.caught_all(len(keys))

@@ -1,7 +1,7 @@
 """serve's re-sync without a blind window (issue 58) against the real apiserver: the periodic
 catch-all queues the candidates again while the live watch keeps running — a change made
 during a catch-all pass is delivered by the watch at once, with no stream of every release
-before it; the catch-all still catches what no watch event shows (a Helm storage Secret
+before it, and is taken before the candidates the pass queued; the catch-all still catches what no watch event shows (a Helm storage Secret
 appearing for a release left stuck for want of one); a 410 still syncs afresh
 (tests/apiserver/test_serve_watch.py)."""
 from __future__ import annotations
@@ -43,11 +43,11 @@ class _HeldPass(WorkQueue):
         super().__init__()
         self.entered, self.release = threading.Event(), threading.Event()
 
-    def add(self, key, resource_version=None, *, listed=False):
+    def add_behind(self, key, resource_version=None):
         if threading.current_thread().name == "catch-all" and not self.entered.is_set():
             self.entered.set()
             assert self.release.wait(60), "the test never let the pass go on"
-        super().add(key, resource_version, listed=listed)
+        super().add_behind(key, resource_version)
 
 
 def test_a_change_during_a_catch_all_pass_is_delivered_at_once_with_no_stream(
@@ -76,8 +76,12 @@ def test_a_change_during_a_catch_all_pass_is_delivered_at_once_with_no_stream(
         queue.release.set()
         catch_all.join(30)
         assert passed == [20]                     # the candidates as the pass began
-        assert {f"{ns}/c-{i:02d}" for i in range(20)} <= set(_drain(queue))
-        assert watcher.candidates.snapshot().keys() >= {f"{ns}/live"}
+        stuck(cluster, ns, "after")               # once the pass queued all 20
+        eventually(lambda: queue.contains(f"{ns}/after"), 30, "the later change queued")
+        # the live changes first: the candidates wait behind them (WorkQueue.add_behind)
+        assert _drain(queue) == [f"{ns}/live", f"{ns}/after",
+                                 *(f"{ns}/c-{i:02d}" for i in range(20))]
+        assert watcher.candidates.snapshot().keys() >= {f"{ns}/live", f"{ns}/after"}
     finally:
         queue.release.set()
         stop.set()

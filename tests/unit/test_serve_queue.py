@@ -483,6 +483,127 @@ def test_add_first_leaves_a_key_in_a_pass_or_backing_off_alone(q, clock):
     assert not q.add_first("ns/c")
 
 
+def test_add_behind_waits_behind_every_live_key_even_those_queued_after_it(q, clock):
+    """issue 58: the catch-all's candidates never hold up a live change."""
+    for key in ("ns/c1", "ns/c2", "ns/c3"):
+        q.add_behind(key, "5")
+    q.add("ns/live")                       # a release becomes stuck while they wait
+    q.add_after("ns/timer", 1)
+    clock.advance(1)
+    assert q.add_first("ns/hint")
+    assert len(q) == q.sizes()["ready"] == 5 and q.adds == 5
+    assert drain(q) == ["ns/hint", "ns/live", "ns/timer", "ns/c1", "ns/c2", "ns/c3"]
+
+
+def test_a_live_change_moves_a_key_waiting_behind_up_and_behind_leaves_a_queued_key_alone(q):
+    for key in ("ns/c1", "ns/c2", "ns/c3"):
+        q.add_behind(key)
+    q.add("ns/a")
+    q.add("ns/c3", "7")                    # a live change of a candidate: up with the others
+    q.add("ns/c3", "8")                    # and another: it is already up
+    q.add_behind("ns/a")                   # already queued live: stays where it is
+    assert q.add_first("ns/c2")            # a hint moves a candidate ahead of all
+    assert len(q) == 4 and q.adds == 4
+    assert drain(q) == ["ns/c2", "ns/a", "ns/c3", "ns/c1"]
+
+
+def test_a_key_waiting_behind_is_handed_out_only_while_no_live_key_is_processed(q):
+    q.add("ns/live")
+    q.add_behind("ns/c1")
+    q.add_behind("ns/c2")
+    assert q.get(timeout=0) == "ns/live"
+    assert q.get(timeout=0) is None        # a free worker waits: nothing runs beside it
+    assert len(q) == 2 and q.sizes()["live"] == 1
+    q.done("ns/live")
+    assert q.get(timeout=0) == "ns/c1"
+    assert q.get(timeout=0) == "ns/c2"     # candidates may run beside each other
+    q.add("ns/new")                        # a live change while candidates run: at once
+    assert q.get(timeout=0) == "ns/new"
+    for key in ("ns/c1", "ns/c2", "ns/new"):
+        q.done(key)
+    assert q.sizes()["live"] == 0 and q.processing() == 0
+    q.add("ns/c1")                         # a candidate that was taken is no longer behind
+    q.add("ns/c1")
+    assert q.add_first("ns/c1") and drain(q) == ["ns/c1"]
+
+
+def test_a_worker_waiting_for_a_key_behind_wakes_when_the_live_pass_ends():
+    q, cond = blocking_queue()
+    q.add("ns/live")
+    assert q.get(timeout=0) == "ns/live"
+    q.add_behind("ns/c")
+    got = []
+    t = threading.Thread(target=lambda: got.append(q.get(timeout=30)))
+    t.start()
+    wait_blocked(cond, 1)
+    assert got == []
+    q.done("ns/live")
+    t.join(10)                         # without the notify it would sleep its 30 s
+    assert got == ["ns/c"]
+
+
+def test_a_live_change_of_a_key_waiting_behind_wakes_a_free_worker():
+    q, cond = blocking_queue()
+    q.add("ns/live")
+    assert q.get(timeout=0) == "ns/live"   # a long pass (a slow acknowledgement)
+    q.add_behind("ns/c")
+    got = []
+    t = threading.Thread(target=lambda: got.append(q.get(timeout=30)))
+    t.start()
+    wait_blocked(cond, 1)                  # free, and not taking a candidate beside it
+    q.add("ns/c", "9")                     # the watch: the candidate changed
+    t.join(10)                             # without a notify it would sleep its 30 s
+    assert got == ["ns/c"]
+
+
+def test_a_due_timer_moves_a_key_waiting_behind_up(q, clock):
+    q.add("ns/k")
+    assert q.get(timeout=0) == "ns/k"
+    q.add_after("ns/k", 5)                 # deferred: its retry armed, no failure counted
+    q.done("ns/k")
+    q.add_behind("ns/k")                   # still stuck: a candidate of the next pass
+    q.add("ns/live")
+    assert q.get(timeout=0) == "ns/live"
+    clock.advance(5)
+    assert q.get(timeout=0) == "ns/k"      # its own time came: a live key now
+
+
+def test_a_key_the_catch_all_queues_during_its_pass_goes_behind_again_a_live_one_up(q):
+    q.add("ns/k")
+    q.add("ns/j")
+    assert [q.get(timeout=0), q.get(timeout=0)] == ["ns/k", "ns/j"]
+    q.add_behind("ns/k", "5")              # the catch-all, while k's pass runs
+    q.add_behind("ns/j", "5")
+    q.add("ns/j", "6")                     # and a live change of j
+    q.add("ns/live")
+    q.done("ns/k")
+    q.done("ns/j")
+    assert q.sizes()["dirty_behind"] == 0
+    assert drain(q) == ["ns/live", "ns/j", "ns/k"]
+
+
+def test_add_behind_folds_what_a_pass_judged_and_leaves_a_backoff_or_a_pass_to_itself(q, clock):
+    q.caught_up("10")
+    q.add("ns/a", "9")
+    assert q.get(timeout=0) == "ns/a"
+    q.done("ns/a", settled="20")           # settled ahead of the watch
+    q.add_behind("ns/a", "20")             # the state that pass judged: folded
+    assert q.skipped == 1 and q.get(timeout=0) is None
+    q.add_rate_limited("ns/b")             # failed before: its retry is armed
+    q.add_behind("ns/b")
+    assert q.get(timeout=0) is None
+    q.add("ns/c")
+    assert q.get(timeout=0) == "ns/c"
+    q.add_behind("ns/c")                   # its pass runs: once more after it, not twice
+    assert q.get(timeout=0) is None
+    q.done("ns/c")
+    assert q.get(timeout=0) == "ns/c"
+    q.done("ns/c")
+    q.shutdown()
+    q.add_behind("ns/d")
+    assert q.sizes()["dirty"] == 0
+
+
 def test_keys_without_a_resource_version_and_timers_are_never_skipped(q, clock):
     q.add("ns/a", "100")
     assert q.get(timeout=0) == "ns/a"

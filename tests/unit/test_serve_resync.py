@@ -85,6 +85,19 @@ def test_a_candidate_a_pass_has_just_settled_at_its_state_is_folded_a_newer_one_
     assert queued(queue) == ["apps/b"]
 
 
+def test_a_live_change_after_a_pass_is_taken_before_the_candidates_it_queued():
+    """However many candidates a pass queued, the next free worker takes a live change."""
+    candidates = Candidates()
+    for name in ("c1", "c2", "c3"):
+        candidates.saw(f"apps/{name}", True, "5")
+    synced = threading.Event()
+    synced.set()
+    queue = WorkQueue()
+    assert CatchAll(candidates, queue, period=1, synced=synced).pass_once() == 3
+    queue.add("apps/live", "9")                   # the watch: a release just became stuck
+    assert queued(queue) == ["apps/live", "apps/c1", "apps/c2", "apps/c3"]
+
+
 def test_a_release_given_up_and_announced_is_passed_over_once_more_by_the_catch_all():
     """issue 57: the watch queues no pass for it; a sync passed over it once more (its
     Event's count goes up, folded) — the catch-all does the same."""
@@ -141,12 +154,12 @@ def test_the_loop_passes_every_period_survives_a_failure_and_ends_with_stop(capl
     class Flaky(WorkQueue):
         calls = 0
 
-        def add(self, key, resource_version=None, *, listed=False):
+        def add_behind(self, key, resource_version=None):
             Flaky.calls += 1
             passes.release()
             if Flaky.calls == 1:
                 raise RuntimeError("boom")
-            super().add(key, resource_version, listed=listed)
+            super().add_behind(key, resource_version)
 
     queue = Flaky()
     thread = threading.Thread(target=CatchAll(candidates, queue, period=0.01,
