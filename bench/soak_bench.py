@@ -202,6 +202,7 @@ from testplane.plane import ControlPlane, free_port, wait_for  # noqa: E402
 from tests.apiserver.conftest import corrupt_revision  # noqa: E402
 
 STUCK, SLOW, LEASE_NS = "soak-stuck", "soak-slow", "soak-lease"
+SKIPPED = "soak-skipped"   # --skipped: corrupt releases nobody repairs, candidates of every pass
 KINDS = ("recover", "recover", "corrupt", "recover", "delete")
 
 
@@ -256,6 +257,18 @@ def add_storage(cluster: Cluster, ns: str, names: list[str], workers: int) -> No
                 raise
     with ThreadPoolExecutor(workers) as pool:
         list(pool.map(one, names))
+
+
+def make_skipped(cluster: Cluster, n: int) -> None:
+    """``n`` releases stuck on a corrupt newest revision in soak-skipped, left as they are."""
+    def one(i: int) -> None:
+        name = f"k{i:04d}"
+        cluster.create_hr(SKIPPED, name)
+        cluster.storage(SKIPPED, name, [(1, "superseded")])
+        corrupt_revision(cluster, SKIPPED, name, 2)
+        cluster.make_stuck(SKIPPED, name)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(n)))
 
 
 class Driver:
@@ -684,17 +697,21 @@ def resync_spans(log: str, after: float) -> tuple[list[tuple[float, float]], str
     may keep the workers — or an old-style re-sync's stream, from the watch that ended for
     it to its "listed HelmReleases reason=resync" line (its initial events' time: the line's
     ``seconds`` when logged, else ``after`` back)."""
-    spans, kinds = [], collections.Counter()
-    for m in re.finditer(r"^(\S+) +INFO +(catch-all: candidates queued again|listed "
-                         r"HelmReleases reason=resync)", log, re.M):
+    spans, kinds, queued = [], collections.Counter(), []
+    for m in re.finditer(r"^(\S+) +INFO +(catch-all: candidates queued again count=(\d+)|"
+                         r"listed HelmReleases reason=resync)", log, re.M):
         at = _stamp(m.group(1))
         if m.group(2).startswith("catch-all"):
             spans.append((at, at + after))
             kinds["catch-all pass"] += 1
+            queued.append(int(m.group(3)))
         else:
             spans.append((at - after, at))
             kinds["re-sync stream"] += 1
-    return spans, ", ".join(f"{n} {k}" for k, n in kinds.items()) or "none"
+    what = ", ".join(f"{n} {k}" for k, n in kinds.items()) or "none"
+    if queued:
+        what += f" (each queued {min(queued)}-{max(queued)} candidates)"
+    return spans, what
 
 
 def reactions_inside(driver: Driver, spans: list[tuple[float, float]]) -> tuple[list, list]:
@@ -812,6 +829,10 @@ def main() -> int:
     ap.add_argument("--inside", type=float, default=3.0,
                     help="seconds after a catch-all pass (before an old re-sync's line) that "
                          "count as inside it")
+    ap.add_argument("--skipped", type=int, default=0,
+                    help="releases stuck on a corrupt newest revision that nobody repairs, "
+                         "made before serve starts: every catch-all pass re-decides each "
+                         "(read, storage LIST, its Event folded, the notification)")
     ap.add_argument("--restarts", type=int, default=1, help="apiserver restarts after warm-up")
     ap.add_argument("--ack", choices=("watch", "poll"), default="watch",
                     help="how the stuck releases' simulated helm-controller sees a suspension: "
@@ -848,8 +869,9 @@ def main() -> int:
         seed(kube, a.releases, 16)
         names = [f"r{i:05d}" for i in range(a.releases)]
         add_storage(cluster, BULK, names, 16)
-        for ns in (STUCK, SLOW, LEASE_NS, REFERENCE_LEASE_NS):
+        for ns in (STUCK, SLOW, LEASE_NS, REFERENCE_LEASE_NS, SKIPPED):
             ensure_namespace(kube, ns)
+        make_skipped(cluster, a.skipped)
         snaps = work / "tracemalloc"
         snaps.mkdir(exist_ok=True)
         probe = None
