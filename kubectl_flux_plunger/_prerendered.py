@@ -3,7 +3,7 @@
 What click prints for the invocations kubectl_flux_plunger.entry answers alone.
 """
 
-FINGERPRINT = 'd1de6937'
+FINGERPRINT = '1baa1c1c'
 
 TEXT = {
     '--help|kubectl flux-plunger|80': (

@@ -18,24 +18,36 @@ T = TypeVar("T")
 
 # the longest a delivered signal can wait before the main thread acts on it
 TICK = 0.2
+# items read ahead of the caller at most: a caller slower than the stream holds the stream
+# back (the apiserver's own buffer, then its timeout), as a reader on the main thread did
+DEPTH = 64
 
 
-def wakeful(source: Iterator[T], *, tick: float = TICK) -> Iterator[T]:
+def wakeful(source: Iterator[T], *, tick: float = TICK, depth: int = DEPTH) -> Iterator[T]:
     """Yield ``source``'s items in order; its exception is raised here, where it would have
     been.  When the caller stops early the reader stops after the item it is waiting for
     (a watch's next event or bookmark) and closes ``source`` on its own thread."""
-    items: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+    items: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
     stop = threading.Event()
+
+    def hand(entry: tuple[bool, Any]) -> bool:
+        """Queue ``entry`` for the caller unless it stopped listening."""
+        while not stop.is_set():
+            try:
+                items.put(entry, timeout=tick)
+                return True
+            except queue.Full:
+                continue
+        return False
 
     def pump() -> None:
         try:
             for item in source:
-                items.put((True, item))
-                if stop.is_set():
+                if not hand((True, item)):
                     break
-            items.put((False, None))
+            hand((False, None))
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised there
-            items.put((False, exc))
+            hand((False, exc))
         finally:
             close = getattr(source, "close", None)
             if close is not None:

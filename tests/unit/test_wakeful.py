@@ -78,6 +78,22 @@ def test_a_caller_that_stops_early_leaves_the_reader_to_close_the_source_after_i
     assert src.closed.wait(10) and src.closed_on == "wakeful-read"
 
 
+def test_the_reader_runs_at_most_depth_items_ahead_of_a_slow_caller_and_stops_with_it():
+    src = Source()
+    for i in range(50):
+        src.feed.put(i)
+    stream = wakeful(src, tick=0.01, depth=4)
+    assert next(stream) == 0
+    deadline = time.monotonic() + 30
+    while src.feed.qsize() > 50 - 1 - 4 - 1:   # one taken, four queued, one in hand
+        assert time.monotonic() < deadline, "the reader never filled its queue"
+        time.sleep(0.005)
+    assert src.feed.qsize() == 50 - 1 - 4 - 1    # and no further: it waits for the caller
+    stream.close()
+    assert src.closed.wait(10) and src.closed_on == "wakeful-read"
+    assert src.feed.qsize() == 44                # it stopped without reading on
+
+
 def test_a_quiet_stream_waits_for_its_item_however_long_it_takes():
     src = Source()
     stream = wakeful(src, tick=0.01)
