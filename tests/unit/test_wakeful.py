@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kubectl_flux_plunger.cli.wakeful import wakeful
+from testplane.signals import default_sigint
 
 pytestmark = pytest.mark.unit
 
@@ -142,6 +143,7 @@ def test_sigint_ends_the_wait_even_when_the_blocked_read_would_never_notice_it()
     proc = subprocess.Popen(
         [sys.executable, "-c", BLOCKED_READ, str(ROOT)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint,  # a run started in the background has SIGINT ignored
     )
     try:
         assert proc.stdout.readline() == "reading\n"
