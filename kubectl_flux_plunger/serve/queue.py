@@ -34,9 +34,10 @@
   running sync has queued it and a pass has already taken it (``add(listed=True)``).
 * ``add_behind`` queues a key behind every key ``add`` and ``add_first`` queue, now or while
   it waits (the catch-all's candidates, issue 58), and such a key is taken only while no key
-  from those lanes is being processed (a free worker waits instead): a pass of the catch-all
-  never holds up a live change, however many candidates it queued, and none is taken up while
-  a live pass runs (a live change that comes while candidates run does run beside them).  A
+  from those lanes is being processed and no other key from behind is (a free worker waits
+  instead): a pass of the catch-all never holds up a live change, however many candidates it
+  queued, none is taken up while a live pass runs, and with two workers or more one is always
+  free for a live change (which then runs beside the one candidate under way).  A
   live change of a key waiting behind, or its due timer, moves it up; one the catch-all alone
   queued again during the key's pass goes behind again.  Candidates wait as long as live
   passes keep a worker: the catch-all is the slow path.
@@ -99,6 +100,7 @@ class WorkQueue:
         self._dirty: set[str] = set()
         self._processing: set[str] = set()
         self._live: set[str] = set()  # processing, taken from _first or _ready
+        self._behind_taken: str | None = None  # processing, taken from _behind (one at most)
         self._timers: list[tuple[float, int, str]] = []  # heap; stale entries skipped
         self._due: dict[str, float] = {}  # key -> earliest armed due time
         self._seq = itertools.count()
@@ -296,8 +298,8 @@ class WorkQueue:
                 if self._first or self._ready:
                     key = (self._first or self._ready).popleft()
                     self._live.add(key)
-                elif self._behind and not self._live:
-                    key = self._behind.popleft()
+                elif self._behind and not self._live and self._behind_taken is None:
+                    key = self._behind_taken = self._behind.popleft()
                     self._behind_keys.discard(key)
                 if key is not None:
                     self._dirty.discard(key)
@@ -319,7 +321,11 @@ class WorkQueue:
             if key in self._live:
                 self._live.discard(key)
                 if not self._live and self._behind:
-                    self._cond.notify_all()  # the keys waiting behind may go now
+                    self._cond.notify()  # the next key waiting behind may go now
+            elif key == self._behind_taken:
+                self._behind_taken = None
+                if not self._live and self._behind:
+                    self._cond.notify()
             behind = key in self._dirty_behind
             self._dirty_behind.discard(key)
             dirty_rv = self._dirty_rv.pop(key, "")
@@ -372,6 +378,7 @@ class WorkQueue:
                 "processing": len(self._processing),
                 "behind": len(self._behind),
                 "live": len(self._live),
+                "behind_taken": int(self._behind_taken is not None),
                 "dirty_behind": len(self._dirty_behind),
                 "timers": len(self._timers),
                 "due": len(self._due),

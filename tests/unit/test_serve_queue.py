@@ -516,12 +516,16 @@ def test_a_key_waiting_behind_is_handed_out_only_while_no_live_key_is_processed(
     assert len(q) == 2 and q.sizes()["live"] == 1
     q.done("ns/live")
     assert q.get(timeout=0) == "ns/c1"
-    assert q.get(timeout=0) == "ns/c2"     # candidates may run beside each other
-    q.add("ns/new")                        # a live change while candidates run: at once
+    assert q.get(timeout=0) is None        # one candidate at a time: a worker stays free
+    assert q.sizes()["behind_taken"] == 1
+    q.add("ns/new")                        # a live change while a candidate runs: at once
     assert q.get(timeout=0) == "ns/new"
-    for key in ("ns/c1", "ns/c2", "ns/new"):
-        q.done(key)
-    assert q.sizes()["live"] == 0 and q.processing() == 0
+    q.done("ns/c1")
+    assert q.get(timeout=0) is None        # the live pass runs: the next candidate waits
+    q.done("ns/new")
+    assert q.get(timeout=0) == "ns/c2"
+    q.done("ns/c2")
+    assert q.sizes()["live"] == q.sizes()["behind_taken"] == q.processing() == 0
     q.add("ns/c1")                         # a candidate that was taken is no longer behind
     q.add("ns/c1")
     assert q.add_first("ns/c1") and drain(q) == ["ns/c1"]
@@ -540,6 +544,21 @@ def test_a_worker_waiting_for_a_key_behind_wakes_when_the_live_pass_ends():
     q.done("ns/live")
     t.join(10)                         # without the notify it would sleep its 30 s
     assert got == ["ns/c"]
+
+
+def test_a_worker_waiting_for_the_next_key_behind_wakes_when_the_candidate_ends():
+    q, cond = blocking_queue()
+    q.add_behind("ns/c1")
+    q.add_behind("ns/c2")
+    assert q.get(timeout=0) == "ns/c1"
+    got = []
+    t = threading.Thread(target=lambda: got.append(q.get(timeout=30)))
+    t.start()
+    wait_blocked(cond, 1)
+    assert got == []
+    q.done("ns/c1")
+    t.join(10)                         # without the notify it would sleep its 30 s
+    assert got == ["ns/c2"]
 
 
 def test_a_live_change_of_a_key_waiting_behind_wakes_a_free_worker():
