@@ -36,8 +36,8 @@
   it waits (the catch-all's candidates, issue 58), and such a key is taken only while no key
   from those lanes is being processed and no other key from behind is (a free worker waits
   instead): a pass of the catch-all never holds up a live change, however many candidates it
-  queued, none is taken up while a live pass runs, and with two workers or more one is always
-  free for a live change (which then runs beside the one candidate under way).  A
+  queued, none is taken up while a live pass runs, and candidates never hold more than one
+  worker: with two or more, a live change never waits for a candidate's pass.  A
   live change of a key waiting behind, or its due timer, moves it up; one the catch-all alone
   queued again during the key's pass goes behind again.  Candidates wait as long as live
   passes keep a worker: the catch-all is the slow path.
