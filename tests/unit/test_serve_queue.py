@@ -531,19 +531,25 @@ def test_a_key_waiting_behind_is_handed_out_only_while_no_live_key_is_processed(
     assert q.add_first("ns/c1") and drain(q) == ["ns/c1"]
 
 
-def test_a_worker_waiting_for_a_key_behind_wakes_when_the_live_pass_ends():
-    q, cond = blocking_queue()
-    q.add("ns/live")
-    assert q.get(timeout=0) == "ns/live"
-    q.add_behind("ns/c")
+def woken(q: WorkQueue, cond: WaitCountingCondition, change) -> list:
+    """What a worker blocked in ``get`` (30 s timeout) takes once ``change()`` ran: without
+    the notify that change owes it, it would sleep its 30 s and the join would time out."""
     got = []
     t = threading.Thread(target=lambda: got.append(q.get(timeout=30)))
     t.start()
     wait_blocked(cond, 1)
     assert got == []
-    q.done("ns/live")
-    t.join(10)                         # without the notify it would sleep its 30 s
-    assert got == ["ns/c"]
+    change()
+    t.join(10)
+    return got
+
+
+def test_a_worker_waiting_for_a_key_behind_wakes_when_the_live_pass_ends():
+    q, cond = blocking_queue()
+    q.add("ns/live")
+    assert q.get(timeout=0) == "ns/live"
+    q.add_behind("ns/c")
+    assert woken(q, cond, lambda: q.done("ns/live")) == ["ns/c"]
 
 
 def test_a_worker_waiting_for_the_next_key_behind_wakes_when_the_candidate_ends():
@@ -551,28 +557,15 @@ def test_a_worker_waiting_for_the_next_key_behind_wakes_when_the_candidate_ends(
     q.add_behind("ns/c1")
     q.add_behind("ns/c2")
     assert q.get(timeout=0) == "ns/c1"
-    got = []
-    t = threading.Thread(target=lambda: got.append(q.get(timeout=30)))
-    t.start()
-    wait_blocked(cond, 1)
-    assert got == []
-    q.done("ns/c1")
-    t.join(10)                         # without the notify it would sleep its 30 s
-    assert got == ["ns/c2"]
+    assert woken(q, cond, lambda: q.done("ns/c1")) == ["ns/c2"]
 
 
 def test_a_live_change_of_a_key_waiting_behind_wakes_a_free_worker():
     q, cond = blocking_queue()
     q.add("ns/live")
     assert q.get(timeout=0) == "ns/live"   # a long pass (a slow acknowledgement)
-    q.add_behind("ns/c")
-    got = []
-    t = threading.Thread(target=lambda: got.append(q.get(timeout=30)))
-    t.start()
-    wait_blocked(cond, 1)                  # free, and not taking a candidate beside it
-    q.add("ns/c", "9")                     # the watch: the candidate changed
-    t.join(10)                             # without a notify it would sleep its 30 s
-    assert got == ["ns/c"]
+    q.add_behind("ns/c")                   # the free worker does not take it beside live
+    assert woken(q, cond, lambda: q.add("ns/c", "9")) == ["ns/c"]   # the watch: it changed
 
 
 def test_a_due_timer_moves_a_key_waiting_behind_up(q, clock):
