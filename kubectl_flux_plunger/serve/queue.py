@@ -318,14 +318,12 @@ class WorkQueue:
         """The pass over ``key`` ended; ``settled`` is ``Outcome.settled``."""
         with self._cond:
             self._processing.discard(key)
-            if key in self._live:
-                self._live.discard(key)
-                if not self._live and self._behind:
-                    self._cond.notify()  # the next key waiting behind may go now
-            elif key == self._behind_taken:
+            if key == self._behind_taken:
                 self._behind_taken = None
-                if not self._live and self._behind:
-                    self._cond.notify()
+            else:
+                self._live.discard(key)
+            if self._behind and not self._live and self._behind_taken is None:
+                self._cond.notify()  # the next key waiting behind may go now
             behind = key in self._dirty_behind
             self._dirty_behind.discard(key)
             dirty_rv = self._dirty_rv.pop(key, "")

@@ -1,9 +1,9 @@
 """serve's re-sync without a blind window (issue 58) against the real apiserver: the periodic
 catch-all queues the candidates again while the live watch keeps running — a change made
 during a catch-all pass is delivered by the watch at once, with no stream of every release
-before it, and is taken before the candidates the pass queued; the catch-all still catches what no watch event shows (a Helm storage Secret
-appearing for a release left stuck for want of one); a 410 still syncs afresh
-(tests/apiserver/test_serve_watch.py)."""
+before it, and is taken before the candidates the pass queued; the catch-all still catches
+what no watch event shows (a Helm storage Secret appearing for a release left stuck for want
+of one); a 410 still syncs afresh (tests/apiserver/test_serve_watch.py)."""
 from __future__ import annotations
 
 import threading
