@@ -13,6 +13,7 @@ restarted (hack/mutation.py starts one plane for every mutant's pytest session).
 """
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import signal
@@ -295,9 +296,24 @@ class ControlPlane:
         if self.apiserver:
             self.apiserver.stop()
 
-    def restart_apiserver(self) -> None:
-        """Stop and start kube-apiserver on the same port, etcd and PKI (fault tests)."""
+    def restart_apiserver(self, *, move_revision: bool = False) -> None:
+        """Stop and start kube-apiserver on the same port, etcd and PKI (fault tests).
+
+        ``move_revision``: while no apiserver runs, write one key outside ``/registry``
+        straight to etcd (its JSON gateway), so the restarted apiserver's watch caches start
+        at a revision newer than any resourceVersion a client saw before the restart: a
+        watch resumed from one is certain to get 410.  Without it a restart with no write in
+        between lets the old watch resume."""
         self.stop_apiserver()
+        if move_revision:
+            body = json.dumps({
+                "key": base64.b64encode(b"flux-plunger-testplane/revision").decode(),
+                "value": base64.b64encode(str(time.time()).encode()).decode(),
+            }).encode()
+            req = urllib.request.Request(self.etcd_url + "/v3/kv/put", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=5) as r:
+                json.load(r)
         self._start_apiserver()
 
     def stop(self) -> None:
